@@ -1,0 +1,306 @@
+//! The crate's one error type.
+
+use crate::liveness::Judgement;
+use crate::owner::Owner;
+use std::fmt::Write as _;
+use std::io;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// What can go wrong taking, holding or releasing a lock.
+///
+/// Contention (someone else holds the lock: [`Error::Locked`], [`Error::Stale`],
+/// [`Error::Guarded`], [`Error::Timeout`]) is told apart from failure ([`Error::Io`] and the
+/// rest); [`Error::is_contended`] asks which. Every message names the lock and says what to do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another process holds the lock and is judged live (or cannot be judged from here).
+    #[error("{}", held(lock, resource, owner, judgement, *since))]
+    Locked {
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects, in words.
+        resource: String,
+        /// Who holds it.
+        owner: Box<Owner>,
+        /// Why the holder counts as live or unknown.
+        judgement: Judgement,
+        /// When the lock was taken (its directory's modification time).
+        since: SystemTime,
+    },
+    /// The wait for the lock ran out.
+    #[error("{} after waiting {}; {}", subject(lock, resource), secs(*waited),
+        match owner { Some(o) => format!("it is held by {}", who(o)), None => "it kept changing hands".into() })]
+    Timeout {
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects.
+        resource: String,
+        /// How long we waited.
+        waited: Duration,
+        /// Who held it last, if known.
+        owner: Option<Box<Owner>>,
+    },
+    /// The holder is dead by evidence but the lock is still inside the grace period.
+    #[error("{} is held by {}, judged {}; it becomes reclaimable in {} (retry then, or wait for it)",
+        subject(lock, resource), who(owner), judgement, secs(*remaining))]
+    Stale {
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects.
+        resource: String,
+        /// The dead holder's record.
+        owner: Box<Owner>,
+        /// The evidence.
+        judgement: Judgement,
+        /// Time left in the grace period.
+        remaining: Duration,
+    },
+    /// Another process is reclaiming the lock (or a foreign guard is still fresh).
+    #[error("{} is being reclaimed under the guard {}{}", subject(lock, resource), guard.display(),
+        match remaining { Some(r) => format!(" (left by another implementation; reused in {} if nobody removes it)", secs(*r)), None => "; retry in a moment".into() })]
+    Guarded {
+        /// The guard directory.
+        guard: PathBuf,
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects.
+        resource: String,
+        /// For a guard without this crate's marker: time until it may be reused.
+        remaining: Option<Duration>,
+    },
+    /// The lock's owner record cannot be trusted; it is never removed automatically.
+    #[error("{} has a malformed owner record: {problem}; nothing removes it automatically: check that no process uses it, then run `dirlock unlock --force` or remove {} by hand",
+        subject(lock, resource), lock.display())]
+    Malformed {
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects.
+        resource: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// This thread already holds the lock: waiting for it would wait forever.
+    #[error(
+        "{} is already held by this thread; release the guard you have before taking it again",
+        subject(lock, resource)
+    )]
+    AlreadyHeld {
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects.
+        resource: String,
+    },
+    /// Taking this lock now would break the lock order (global setup first, then repository).
+    #[error("cannot take {} while this process holds the repository lock {}: take the global setup lock first (Locks::with_setup_locks does)",
+        subject(lock, resource), held.display())]
+    LockOrder {
+        /// The lock that was asked for.
+        lock: PathBuf,
+        /// What it protects.
+        resource: String,
+        /// The repository lock this process holds.
+        held: PathBuf,
+    },
+    /// A release found the lock gone or replaced: someone took it away.
+    #[error(
+        "{} was lost: {problem}; the work done under it may have overlapped with another process",
+        subject(lock, resource)
+    )]
+    Lost {
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects.
+        resource: String,
+        /// What was found instead.
+        problem: String,
+    },
+    /// The wait was cancelled through its [`crate::Cancel`] handle.
+    #[error("waiting for {} was cancelled", subject(lock, resource))]
+    Cancelled {
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects.
+        resource: String,
+    },
+    /// A directory or file is not private to this user (symlink, foreign owner, open mode).
+    #[error("refusing {}: {problem}; {fix}", path.display())]
+    Unsafe {
+        /// The offending path.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+        /// What to do about it.
+        fix: String,
+    },
+    /// An argument is unusable (an application or lock name, say).
+    #[error("invalid {what}: {problem}")]
+    InvalidInput {
+        /// Which argument, with its value.
+        what: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A system call failed.
+    #[error("cannot {op} {}", path.display())]
+    Io {
+        /// The operation, as a verb phrase ("create the candidate directory").
+        op: &'static str,
+        /// The path it was applied to.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Whether the error means "someone else has the lock" (held, stale, being reclaimed, or
+    /// the wait ran out) rather than a failure.
+    pub fn is_contended(&self) -> bool {
+        matches!(
+            self,
+            Error::Locked { .. }
+                | Error::Stale { .. }
+                | Error::Guarded { .. }
+                | Error::Timeout { .. }
+        )
+    }
+
+    /// The owner record the error is about, if any.
+    pub fn owner(&self) -> Option<&Owner> {
+        match self {
+            Error::Locked { owner, .. } | Error::Stale { owner, .. } => Some(owner),
+            Error::Timeout { owner, .. } => owner.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Error {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+impl From<Error> for io::Error {
+    /// Keeps the kind: contention is `WouldBlock` (or `TimedOut`), I/O failures keep theirs.
+    fn from(e: Error) -> io::Error {
+        let kind = match &e {
+            Error::Io { source, .. } => source.kind(),
+            Error::Locked { .. } | Error::Stale { .. } | Error::Guarded { .. } => {
+                io::ErrorKind::WouldBlock
+            }
+            Error::Timeout { .. } => io::ErrorKind::TimedOut,
+            Error::Unsafe { .. } => io::ErrorKind::PermissionDenied,
+            Error::InvalidInput { .. } => io::ErrorKind::InvalidInput,
+            Error::Cancelled { .. } => io::ErrorKind::Interrupted,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+fn subject(lock: &std::path::Path, resource: &str) -> String {
+    format!("the {resource} lock {}", lock.display())
+}
+
+fn held(
+    lock: &std::path::Path,
+    resource: &str,
+    owner: &Owner,
+    judgement: &Judgement,
+    since: SystemTime,
+) -> String {
+    let mut s = format!(
+        "{} is held by {} since {}, judged {}; ",
+        subject(lock, resource),
+        who(owner),
+        when(since),
+        judgement
+    );
+    s.push_str(match judgement.liveness {
+        crate::Liveness::Unknown => {
+            "it is never reclaimed automatically: check the holder, then run `dirlock unlock` where it ran"
+        }
+        _ => "retry when it finishes, or wait for it (Wait::Forever, `dirlock run --wait`)",
+    });
+    s
+}
+
+/// "pid 42 on host h (purpose: sync)".
+pub(crate) fn who(owner: &Owner) -> String {
+    let mut s = format!("pid {}", owner.pid);
+    if let Some(h) = &owner.host {
+        let _ = write!(s, " on host {h}");
+    }
+    if let Some(p) = &owner.purpose {
+        let _ = write!(s, " (purpose: {p})");
+    }
+    s
+}
+
+pub(crate) fn secs(d: Duration) -> String {
+    if d.as_secs() >= 1 {
+        format!("{:.0} s", d.as_secs_f64().ceil())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// A UTC timestamp, `2026-11-29 22:13:17 UTC`, without a date crate.
+pub(crate) fn when(t: SystemTime) -> String {
+    let secs = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    };
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_civil_utc() {
+        assert_eq!(when(UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            when(UNIX_EPOCH + Duration::from_secs(1_795_990_397)),
+            "2026-11-29 22:13:17 UTC"
+        );
+        assert_eq!(
+            when(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29 00:00:00 UTC"
+        );
+    }
+
+    #[test]
+    fn io_errors_keep_their_kind() {
+        let e = Error::io(
+            "create the candidate",
+            "/x",
+            io::Error::from(io::ErrorKind::StorageFull),
+        );
+        assert_eq!(e.to_string(), "cannot create the candidate /x");
+        assert_eq!(io::Error::from(e).kind(), io::ErrorKind::StorageFull);
+    }
+}

@@ -1,0 +1,110 @@
+//! Cross-process locks that survive crashes without ever letting two processes in at once.
+//!
+//! A lock is a directory. To take it, a process *stages* a private candidate directory holding
+//! an `owner.json` record, then *publishes* it by renaming it into place with no-replace
+//! semantics: the rename is atomic, so exactly one contender wins and the lock always has a
+//! complete record. To release, the holder checks the lock is still its own and *retires* it
+//! by renaming it to a tombstone, which anyone may delete. While it holds the lock, the holder
+//! keeps an exclusive `flock` on the lock directory (the *beacon*): when the holder dies,
+//! however it dies, the kernel drops that `flock`, and the next contender has proof that the
+//! owner is gone and *reclaims* the lock at once, under a guard that lets only one reclaimer
+//! act. Locks whose owners can only be judged by pid (records written by the reference
+//! TypeScript implementation, or on filesystems without `flock`) are reclaimed only after a
+//! grace period, and only when the evidence says the owner is dead.
+//!
+//! ```
+//! use dirlock::{Locks, Wait};
+//! # let tmp = tempfile::tempdir()?;
+//! # let root = tmp.path();
+//! # let home = tmp.path();
+//! # fn sync(_: &std::path::Path) -> Result<(), dirlock::Error> { Ok(()) }
+//! # fn install() -> Result<(), dirlock::Error> { Ok(()) }
+//! let locks = Locks::in_dir(tmp.path().join("locks"))?; // or Locks::new("myapp")
+//! locks.with_repository_lock(root, || sync(root))?;     // fails fast if held elsewhere
+//! locks.with_global_setup_lock(home, || install())?;    // waits while setup runs elsewhere
+//! locks.with_setup_locks(home, root, || sync(root))?;   // setup outermost, repository inner
+//!
+//! let guard = locks.repository_lock(root).purpose("sync").acquire()?;
+//! guard.release()?; // explicit and fallible; dropping the guard releases too
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Guarantees
+//!
+//! - **Mutual exclusion**: two live processes never both hold a lock. A lock is only ever
+//!   moved away by the holder of its token, or by the single holder of its reclaim guard once
+//!   its owner is judged dead.
+//! - **No wedge**: a holder killed at any point (SIGKILL included) leaves a lock that becomes
+//!   acquirable again by itself: at once when the kernel proves the owner gone (its beacon
+//!   `flock` is free), otherwise after the grace period ([`DEFAULT_GRACE`], 60 s) when the pid
+//!   evidence says it is dead. Live owners, and owners that cannot be judged from here
+//!   (another host, another pid namespace), are never reclaimed, however old the lock.
+//! - **Loud loss**: [`LockGuard::release`] reports a lock that was taken away or replaced, and
+//!   never touches another owner's lock.
+//! - **Private**: everything is created mode 0700/0600 whatever the umask; symlinks, foreign
+//!   owners and open modes are refused with an error naming the path and the fix.
+//! - **Waiting in the kernel**: a waiting acquisition sleeps until the holder releases or dies
+//!   (inotify on the holder's lock directory, a pidfd for pid-judged holders); it can be
+//!   cancelled ([`Cancel`]) and leaves nothing behind when it times out.
+//! - **Durability**: the record and candidate are fsynced before publishing (turn off with
+//!   [`LockRequest::durable`]), so a power loss never leaves a lock without a complete record.
+//!
+//! # Within one process
+//!
+//! Taking a lock the *same thread* already holds fails at once with [`Error::AlreadyHeld`]
+//! (waiting would never end). Other threads contend like other processes do. Taking the global
+//! setup lock while the process holds a repository lock fails with [`Error::LockOrder`]: the
+//! order is setup first. A forked child that drops an inherited guard does nothing; the
+//! beacon is close-on-exec, so an `exec`'d program does not keep the lock alive.
+//!
+//! # On disk
+//!
+//! In the lock directory `D` (`<temp dir>/<app>-<uid>/operation-locks` for [`Locks::new`]):
+//!
+//! | entry | what it is |
+//! | --- | --- |
+//! | `NAME` | the lock: a directory holding `owner.json` (see [`Owner`]) |
+//! | `NAME.candidate.<token>` | a lock being staged by the process holding `<token>` |
+//! | `NAME.tombstone.<uuid>` | a retired lock, deleted by anyone |
+//! | `NAME.reclaim` | the reclaim guard (`mkdir` + `flock`) |
+//!
+//! Repository and global setup lock names are those of the reference TypeScript
+//! implementation (`repository-` + hex(sha256(`"repository\0"` + real path)) + `.lock`), and
+//! its `{pid, token}` records are read and judged by pid; a lock taken by either is respected
+//! by the other.
+//!
+//! # Judging an owner
+//!
+//! The first rule that applies decides: another host: unknown; beacon recorded: dead by proof
+//! if its `flock` is free, else live; another boot: dead by evidence; another pid namespace:
+//! unknown; no such pid: dead by evidence; pid start time differs: dead by evidence (pid
+//! reused); otherwise live. A fact that cannot be read judges the owner live.
+//!
+//! # Limits
+//!
+//! - Linux is the first-class platform. Other Unixes compile with fallbacks (plain rename
+//!   verified by inode, backoff instead of kernel wake-ups) and are not yet tested.
+//! - On network filesystems, `flock` may be unavailable or local to one client; owners there
+//!   are judged by pid, and records from another host are never reclaimed automatically.
+//! - A lock whose `owner.json` is malformed is never removed automatically: an operator
+//!   decides (`dirlock unlock --force`, or by hand).
+//! - A process that is SIGKILLed can leave a candidate or tombstone behind; they are harmless
+//!   and a sweep removes them.
+
+mod error;
+mod guard;
+mod liveness;
+mod locks;
+mod options;
+mod owner;
+pub mod paths;
+mod protocol;
+mod reclaim;
+pub mod sys;
+
+pub use error::Error;
+pub use guard::LockGuard;
+pub use liveness::{Judgement, Liveness};
+pub use locks::{LockRequest, Locks};
+pub use options::{Cancel, Wait, DEFAULT_GRACE};
+pub use owner::Owner;

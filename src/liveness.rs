@@ -1,0 +1,387 @@
+//! Judging a lock's owner: a pure decision table over the owner record, this process's
+//! identity and a few facts probed lazily (the beacon, the pid, its start time).
+//!
+//! The first rule that applies decides:
+//!
+//! | # | rule | judgement |
+//! | --- | --- | --- |
+//! | 1 | host recorded and not ours | unknown |
+//! | 2 | beacon recorded, and a shared `flock` on the lock directory is granted | dead by proof |
+//! | 2' | beacon recorded, and the `flock` is held (or cannot be probed) | live |
+//! | 3 | boot id recorded and not ours | dead by evidence |
+//! | 4 | pid namespace recorded and not ours (or ours unreadable) | unknown |
+//! | 5 | the kernel says there is no process with the pid | dead by evidence |
+//! | 6 | start time recorded and the pid's start time differs | dead by evidence |
+//! | 7 | otherwise (including any fact that cannot be read) | live |
+
+use crate::owner::Owner;
+use crate::sys::Identity;
+use std::fmt;
+
+/// What the judgement of an owner concluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Liveness {
+    /// The owner is (or may be) running: never reclaimed.
+    Live,
+    /// The owner cannot be judged from here (another host, another pid namespace): never
+    /// reclaimed automatically.
+    Unknown,
+    /// The kernel proved the owner gone (its beacon `flock` was released): reclaimed at once.
+    DeadByProof,
+    /// The evidence says the owner is gone (no such pid, pid reused, previous boot): reclaimed
+    /// once the lock is older than the grace period.
+    DeadByEvidence,
+}
+
+impl Liveness {
+    /// Whether the owner is judged dead (by proof or by evidence).
+    pub fn is_dead(self) -> bool {
+        matches!(self, Liveness::DeadByProof | Liveness::DeadByEvidence)
+    }
+}
+
+impl fmt::Display for Liveness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Liveness::Live => "live",
+            Liveness::Unknown => "unknown",
+            Liveness::DeadByProof => "dead (proven by the kernel)",
+            Liveness::DeadByEvidence => "dead (by evidence)",
+        })
+    }
+}
+
+/// A judgement and the reason for it, in words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judgement {
+    /// The conclusion.
+    pub liveness: Liveness,
+    /// Why, in words (e.g. "its beacon lock is held").
+    pub reason: String,
+}
+
+impl Judgement {
+    fn new(liveness: Liveness, reason: impl Into<String>) -> Judgement {
+        Judgement {
+            liveness,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Judgement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.liveness, self.reason)
+    }
+}
+
+/// The facts that cost a system call, asked for only when a rule needs them. `None` means the
+/// fact could not be read, which judges the owner live (fail closed).
+pub(crate) trait Probe {
+    /// Whether a shared, non-blocking `flock` on the lock directory was granted.
+    fn beacon_free(&mut self) -> Option<bool>;
+    /// Whether a process with this pid exists.
+    fn process_alive(&mut self, pid: u32) -> Option<bool>;
+    /// The start time of the process with this pid.
+    fn start_time(&mut self, pid: u32) -> Option<u64>;
+}
+
+/// Judges `owner` by the table in the module docs.
+pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Judgement {
+    use Liveness::*;
+    if let Some(host) = &owner.host {
+        if me.host.as_deref() != Some(host.as_str()) {
+            return Judgement::new(Unknown, format!("it was taken on host {host:?}"));
+        }
+    }
+    if owner.has_beacon() {
+        return match probe.beacon_free() {
+            Some(true) => Judgement::new(DeadByProof, "nobody holds its beacon lock"),
+            Some(false) => Judgement::new(Live, "its beacon lock is held"),
+            None => Judgement::new(Live, "its beacon lock cannot be probed"),
+        };
+    }
+    if let (Some(theirs), Some(ours)) = (&owner.boot_id, &me.boot_id) {
+        if theirs != ours {
+            return Judgement::new(DeadByEvidence, "it was taken before the last reboot");
+        }
+    }
+    if let Some(ns) = &owner.pid_namespace {
+        match &me.pid_namespace {
+            Some(ours) if ours == ns => {}
+            Some(_) => {
+                return Judgement::new(Unknown, format!("it was taken in pid namespace {ns}"))
+            }
+            None => return Judgement::new(Unknown, "this process cannot read its pid namespace"),
+        }
+    }
+    match probe.process_alive(owner.pid) {
+        Some(false) => {
+            return Judgement::new(DeadByEvidence, format!("no process has pid {}", owner.pid))
+        }
+        Some(true) => {}
+        None => return Judgement::new(Live, format!("cannot tell whether pid {} runs", owner.pid)),
+    }
+    if let Some(recorded) = owner.start_time {
+        return match probe.start_time(owner.pid) {
+            Some(now) if now != recorded => Judgement::new(
+                DeadByEvidence,
+                format!("pid {} now belongs to a newer process", owner.pid),
+            ),
+            Some(_) => Judgement::new(Live, format!("pid {} is running", owner.pid)),
+            None => Judgement::new(
+                Live,
+                format!("pid {} runs but its start time is unreadable", owner.pid),
+            ),
+        };
+    }
+    Judgement::new(Live, format!("pid {} is running", owner.pid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Facts for one row; `asked` records which probes the judgement used.
+    #[derive(Default)]
+    struct Facts {
+        beacon_free: Option<bool>,
+        alive: Option<bool>,
+        start: Option<u64>,
+        asked: Vec<&'static str>,
+    }
+
+    impl Probe for Facts {
+        fn beacon_free(&mut self) -> Option<bool> {
+            self.asked.push("beacon");
+            self.beacon_free
+        }
+        fn process_alive(&mut self, _: u32) -> Option<bool> {
+            self.asked.push("kill");
+            self.alive
+        }
+        fn start_time(&mut self, _: u32) -> Option<u64> {
+            self.asked.push("start");
+            self.start
+        }
+    }
+
+    fn me() -> Identity {
+        Identity {
+            pid: 1000,
+            start_time: Some(5),
+            boot_id: Some("boot-A".into()),
+            host: Some("here".into()),
+            pid_namespace: Some("pid:[1]".into()),
+            uid: 1000,
+        }
+    }
+
+    fn full(beacon: bool) -> Owner {
+        let mut o = Owner::new(42, "t");
+        o.start_time = Some(100);
+        o.boot_id = Some("boot-A".into());
+        o.host = Some("here".into());
+        o.pid_namespace = Some("pid:[1]".into());
+        o.beacon = Some(beacon);
+        o
+    }
+
+    fn run(owner: Owner, me: Identity, mut facts: Facts) -> (Liveness, Vec<&'static str>) {
+        let j = judge(&owner, &me, &mut facts);
+        (j.liveness, facts.asked)
+    }
+
+    #[test]
+    fn the_table_row_by_row() {
+        use Liveness::*;
+        let with = |f: fn(&mut Owner), beacon| {
+            let mut o = full(beacon);
+            f(&mut o);
+            o
+        };
+        let facts = |b, a, s| Facts {
+            beacon_free: b,
+            alive: a,
+            start: s,
+            asked: vec![],
+        };
+        #[allow(clippy::type_complexity)]
+        let rows: Vec<(&str, Owner, Identity, Facts, Liveness, Vec<&str>)> = vec![
+            // 1: another host wins over everything, even a free beacon.
+            (
+                "1 other host",
+                with(|o| o.host = Some("there".into()), true),
+                me(),
+                facts(Some(true), Some(false), None),
+                Unknown,
+                vec![],
+            ),
+            (
+                "1 our host unreadable",
+                full(true),
+                Identity { host: None, ..me() },
+                facts(Some(true), None, None),
+                Unknown,
+                vec![],
+            ),
+            // 2 / 2': the beacon decides and nothing else is asked.
+            (
+                "2 beacon free",
+                full(true),
+                me(),
+                facts(Some(true), Some(true), Some(100)),
+                DeadByProof,
+                vec!["beacon"],
+            ),
+            (
+                "2' beacon held",
+                full(true),
+                me(),
+                facts(Some(false), Some(false), None),
+                Live,
+                vec!["beacon"],
+            ),
+            (
+                "2' beacon unprobeable",
+                full(true),
+                me(),
+                facts(None, Some(false), None),
+                Live,
+                vec!["beacon"],
+            ),
+            (
+                "2 beacon free, old boot",
+                with(|o| o.boot_id = Some("boot-B".into()), true),
+                me(),
+                facts(Some(true), None, None),
+                DeadByProof,
+                vec!["beacon"],
+            ),
+            // 3: a previous boot.
+            (
+                "3 other boot",
+                with(|o| o.boot_id = Some("boot-B".into()), false),
+                me(),
+                facts(None, Some(true), Some(100)),
+                DeadByEvidence,
+                vec![],
+            ),
+            (
+                "3 our boot unreadable",
+                full(false),
+                Identity {
+                    boot_id: None,
+                    ..me()
+                },
+                facts(None, Some(true), Some(100)),
+                Live,
+                vec!["kill", "start"],
+            ),
+            // 4: another pid namespace.
+            (
+                "4 other ns",
+                with(|o| o.pid_namespace = Some("pid:[2]".into()), false),
+                me(),
+                facts(None, Some(false), None),
+                Unknown,
+                vec![],
+            ),
+            (
+                "4 our ns unreadable",
+                full(false),
+                Identity {
+                    pid_namespace: None,
+                    ..me()
+                },
+                facts(None, Some(false), None),
+                Unknown,
+                vec![],
+            ),
+            // 5: no such process.
+            (
+                "5 no process",
+                full(false),
+                me(),
+                facts(None, Some(false), None),
+                DeadByEvidence,
+                vec!["kill"],
+            ),
+            (
+                "5 kill fails",
+                full(false),
+                me(),
+                facts(None, None, None),
+                Live,
+                vec!["kill"],
+            ),
+            // 6: pid reused.
+            (
+                "6 reused",
+                full(false),
+                me(),
+                facts(None, Some(true), Some(101)),
+                DeadByEvidence,
+                vec!["kill", "start"],
+            ),
+            (
+                "6 start unreadable",
+                full(false),
+                me(),
+                facts(None, Some(true), None),
+                Live,
+                vec!["kill", "start"],
+            ),
+            // 7: live.
+            (
+                "7 same start",
+                full(false),
+                me(),
+                facts(None, Some(true), Some(100)),
+                Live,
+                vec!["kill", "start"],
+            ),
+            // The reference implementation's {pid, token} records: rules 5 and 7 only.
+            (
+                "ref dead",
+                Owner::new(42, "t"),
+                me(),
+                facts(Some(true), Some(false), None),
+                DeadByEvidence,
+                vec!["kill"],
+            ),
+            (
+                "ref live",
+                Owner::new(42, "t"),
+                me(),
+                facts(Some(true), Some(true), Some(1)),
+                Live,
+                vec!["kill"],
+            ),
+            (
+                "ref unknown pid",
+                Owner::new(42, "t"),
+                me(),
+                facts(None, None, None),
+                Live,
+                vec!["kill"],
+            ),
+        ];
+        for (name, owner, me, facts, want, asked) in rows {
+            let (got, used) = run(owner, me, facts);
+            assert_eq!(got, want, "row {name}");
+            assert_eq!(used, asked, "row {name}: probes used");
+        }
+    }
+
+    #[test]
+    fn reasons_name_the_evidence() {
+        let mut f = Facts {
+            alive: Some(false),
+            ..Facts::default()
+        };
+        let j = judge(&Owner::new(4242, "t"), &me(), &mut f);
+        assert_eq!(j.to_string(), "dead (by evidence): no process has pid 4242");
+    }
+}

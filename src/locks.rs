@@ -1,0 +1,480 @@
+//! [`Locks`], a lock directory, and [`LockRequest`], the builder of one acquisition.
+
+use crate::error::Error;
+use crate::guard::{check_order, Family, LockGuard};
+use crate::options::{Cancel, Options, Wait};
+use crate::paths::{self, LOCK_DIR};
+use crate::protocol::{self, Request, Space};
+use crate::sys::{is, Errno, FileId, Real, System};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A lock directory: the place where a family of locks lives.
+///
+/// [`Locks::new`] uses the per-user namespace of an application,
+/// `<temp dir>/<app>-<uid>/operation-locks` (the reference implementation's layout, so
+/// `Locks::new("apnea")` addresses its locks); [`Locks::in_dir`] a directory of your own. Both
+/// are created mode 0700 and must be real directories owned by this user and private to it.
+///
+/// A `Locks` is cheap to share (`Clone`, `Send`, `Sync`); it keeps the directory open.
+#[derive(Clone, Debug)]
+pub struct Locks {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    /// Where the directory comes from, to re-create it if a temp cleaner removed it.
+    origin: Origin,
+    dir: Mutex<(Arc<OwnedFd>, FileId)>,
+    uid: u32,
+}
+
+#[derive(Debug)]
+enum Origin {
+    App { temp: PathBuf, app: String },
+    Dir(PathBuf),
+}
+
+/// Creates (mode exactly 0700) or opens the private directory `name` in `parent`.
+fn open_private(
+    parent: &OwnedFd,
+    parent_path: &Path,
+    name: &str,
+    uid: u32,
+) -> Result<OwnedFd, Error> {
+    let sys = Real;
+    let path = parent_path.join(name);
+    let created = match sys.mkdir_at(parent, name) {
+        Ok(()) => true,
+        Err(e) if is(&e, Errno::Exists) => false,
+        Err(e) => return Err(Error::io("create the lock directory", path, e)),
+    };
+    let dir = match sys.open_dir_at(parent, name) {
+        Ok(d) => d,
+        Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => {
+            return Err(Error::Unsafe {
+                path,
+                problem: "it is a symbolic link or not a directory".into(),
+                fix: "lock directories must be real directories: remove it and retry".into(),
+            })
+        }
+        Err(e) => return Err(Error::io("open the lock directory", path, e)),
+    };
+    let meta = sys
+        .meta(&dir)
+        .map_err(|e| Error::io("inspect the lock directory", &path, e))?;
+    if meta.uid != uid {
+        return Err(Error::Unsafe {
+            problem: format!("it is owned by uid {}, not by this user (uid {uid})", meta.uid),
+            fix: format!(
+                "another user may be trying to intercept your locks: remove {} as its owner, or point TMPDIR at a private directory",
+                path.display()
+            ),
+            path,
+        });
+    }
+    if created {
+        // Whatever the umask took away (even the owner's bits), the mode is exactly 0700.
+        sys.set_mode(&dir, 0o700)
+            .map_err(|e| Error::io("set the mode of the lock directory", &path, e))?;
+    } else if meta.mode & 0o777 != 0o700 {
+        return Err(Error::Unsafe {
+            problem: format!("it has mode {:o}, not 700", meta.mode & 0o777),
+            fix: format!("run `chmod 700 {}`", path.display()),
+            path,
+        });
+    }
+    Ok(dir)
+}
+
+fn open_origin(origin: &Origin, uid: u32) -> Result<(OwnedFd, PathBuf), Error> {
+    match origin {
+        Origin::App { temp, app } => {
+            let tmp = Real
+                .open_dir_path(temp)
+                .map_err(|e| Error::io("open the temporary directory", temp, e))?;
+            let base_name = paths::base_name(app, uid);
+            let base = open_private(&tmp, temp, &base_name, uid)?;
+            let base_path = temp.join(&base_name);
+            let dir = open_private(&base, &base_path, LOCK_DIR, uid)?;
+            Ok((dir, base_path.join(LOCK_DIR)))
+        }
+        Origin::Dir(path) => {
+            let (parent, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+                (Some(p), Some(n)) if n != ".." => (
+                    if p.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        p
+                    },
+                    n,
+                ),
+                _ => {
+                    return Err(Error::InvalidInput {
+                        what: format!("lock directory {}", path.display()),
+                        problem: "it must end in a UTF-8 directory name".into(),
+                    })
+                }
+            };
+            let p = Real
+                .open_dir_path(parent)
+                .map_err(|e| Error::io("open the parent of the lock directory", parent, e))?;
+            Ok((open_private(&p, parent, name, uid)?, path.clone()))
+        }
+    }
+}
+
+impl Locks {
+    /// The lock directory of application `app` for this user:
+    /// `<temp dir>/<app>-<uid>/operation-locks`, where the temp dir is `TMPDIR` (else `TMP`,
+    /// `TEMP`, `/tmp`, as Node.js finds it). Both directories are created mode 0700.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] for an unusable `app` name; [`Error::Unsafe`] when either
+    /// directory is a symlink, owned by another user, or not mode 0700; [`Error::Io`] when it
+    /// cannot be created or opened.
+    ///
+    /// ```no_run
+    /// let locks = dirlock::Locks::new("myapp")?;
+    /// # Ok::<(), dirlock::Error>(())
+    /// ```
+    pub fn new(app: &str) -> Result<Locks, Error> {
+        paths::check_app(app).map_err(|p| Error::InvalidInput {
+            what: format!("application name {app:?}"),
+            problem: p.into(),
+        })?;
+        Locks::open(Origin::App {
+            temp: paths::temp_dir(),
+            app: app.to_owned(),
+        })
+    }
+
+    /// A lock directory of your own at `path` (its last component is created mode 0700 if
+    /// missing; its parent must exist).
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::new`].
+    ///
+    /// ```
+    /// let tmp = tempfile::tempdir()?;
+    /// let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+    /// let guard = locks.named_lock("deploy.lock").acquire()?;
+    /// guard.release()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_dir(path: impl AsRef<Path>) -> Result<Locks, Error> {
+        Locks::open(Origin::Dir(path.as_ref().to_owned()))
+    }
+
+    fn open(origin: Origin) -> Result<Locks, Error> {
+        let uid = Real.identity().uid;
+        let (dir, path) = open_origin(&origin, uid)?;
+        let id = Real
+            .meta(&dir)
+            .map_err(|e| Error::io("inspect the lock directory", &path, e))?
+            .id;
+        Ok(Locks {
+            inner: Arc::new(Inner {
+                path,
+                origin,
+                dir: Mutex::new((Arc::new(dir), id)),
+                uid,
+            }),
+        })
+    }
+
+    /// The lock directory's path.
+    pub fn dir(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The open lock directory, re-created if it was removed (a temp cleaner may remove an
+    /// empty directory; a lock in a removed directory would exclude no one).
+    fn current(&self) -> Result<(Arc<OwnedFd>, FileId), Error> {
+        let mut slot = self.inner.dir.lock().unwrap_or_else(|e| e.into_inner());
+        match Real.meta(&slot.0) {
+            Ok(m) if m.nlink > 0 => return Ok((slot.0.clone(), slot.1)),
+            Ok(_) => {}
+            Err(e) => return Err(Error::io("inspect the lock directory", &self.inner.path, e)),
+        }
+        let (dir, _) = open_origin(&self.inner.origin, self.inner.uid)?;
+        let id = Real
+            .meta(&dir)
+            .map_err(|e| Error::io("inspect the lock directory", &self.inner.path, e))?
+            .id;
+        *slot = (Arc::new(dir), id);
+        Ok((slot.0.clone(), id))
+    }
+
+    /// The lock for the repository (or any directory tree) at `root`, named after its real
+    /// path. Fails fast by default ([`Wait::Immediately`]).
+    pub fn repository_lock(&self, root: impl AsRef<Path>) -> LockRequest<'_> {
+        LockRequest::new(
+            self,
+            Target::Repository(root.as_ref().to_owned()),
+            Wait::Immediately,
+        )
+    }
+
+    /// The lock for per-account setup of the account whose home is `home`. Waits by default
+    /// ([`Wait::Forever`]): setup that another process is doing is waited for, not failed.
+    pub fn global_setup_lock(&self, home: impl AsRef<Path>) -> LockRequest<'_> {
+        LockRequest::new(
+            self,
+            Target::GlobalSetup(home.as_ref().to_owned()),
+            Wait::Forever,
+        )
+    }
+
+    /// A lock with a name of your choosing: ASCII letters, digits, `-`, `_` and `.`, ending
+    /// in `.lock`. Fails fast by default.
+    pub fn named_lock(&self, name: &str) -> LockRequest<'_> {
+        LockRequest::new(self, Target::Named(name.to_owned()), Wait::Immediately)
+    }
+
+    /// Runs `f` holding the repository lock for `root` (failing fast if another process holds
+    /// it), then releases it.
+    ///
+    /// # Errors
+    ///
+    /// `f`'s error; or, converted into `E`, the acquisition's error or the release's (a
+    /// release error is reported only when `f` succeeded). A panic in `f` still releases the
+    /// lock.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+    /// # let root = tmp.path();
+    /// let n = locks.with_repository_lock(root, || Ok::<_, dirlock::Error>(42))?;
+    /// assert_eq!(n, 42);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_repository_lock<T, E, F>(&self, root: impl AsRef<Path>, f: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Result<T, E>,
+        E: From<Error>,
+    {
+        self.repository_lock(root).run(f)
+    }
+
+    /// Runs `f` holding the global setup lock for `home`, waiting while another process does
+    /// setup, then releases it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub fn with_global_setup_lock<T, E, F>(&self, home: impl AsRef<Path>, f: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Result<T, E>,
+        E: From<Error>,
+    {
+        self.global_setup_lock(home).run(f)
+    }
+
+    /// Runs `f` under both locks in the one safe order: the global setup lock for `home`
+    /// outermost (waiting), the repository lock for `root` inside it (failing fast).
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub fn with_setup_locks<T, E, F>(
+        &self,
+        home: impl AsRef<Path>,
+        root: impl AsRef<Path>,
+        f: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce() -> Result<T, E>,
+        E: From<Error>,
+    {
+        let root = root.as_ref();
+        self.with_global_setup_lock(home, || self.with_repository_lock(root, f))
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Target {
+    Repository(PathBuf),
+    GlobalSetup(PathBuf),
+    Named(String),
+}
+
+/// One acquisition being set up: choose how to wait and what to record, then
+/// [`acquire`](LockRequest::acquire).
+///
+/// ```
+/// use dirlock::{Locks, Wait};
+/// use std::time::Duration;
+/// # let tmp = tempfile::tempdir()?;
+/// # let locks = Locks::in_dir(tmp.path().join("locks"))?;
+/// # let root = tmp.path();
+/// let guard = locks
+///     .repository_lock(root)
+///     .wait(Wait::Timeout(Duration::from_secs(5)))
+///     .purpose("sync")
+///     .acquire()?;
+/// assert_eq!(guard.owner().purpose.as_deref(), Some("sync"));
+/// guard.release()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a request does nothing until acquire() or run()"]
+pub struct LockRequest<'l> {
+    locks: &'l Locks,
+    target: Target,
+    options: Options,
+}
+
+impl<'l> LockRequest<'l> {
+    fn new(locks: &'l Locks, target: Target, wait: Wait) -> LockRequest<'l> {
+        LockRequest {
+            locks,
+            target,
+            options: Options::new(wait),
+        }
+    }
+
+    /// How to wait while another process holds the lock.
+    pub fn wait(mut self, wait: impl Into<Wait>) -> Self {
+        self.options.wait = wait.into();
+        self
+    }
+
+    /// A purpose recorded in the owner record and shown to contenders (e.g. `"sync"`).
+    pub fn purpose(mut self, purpose: impl Into<String>) -> Self {
+        self.options.purpose = Some(purpose.into());
+        self
+    }
+
+    /// How long a lock whose owner is dead *by evidence* must sit untouched before it is
+    /// reclaimed (default [`crate::DEFAULT_GRACE`], 60 s). Owners proven dead by the kernel
+    /// are reclaimed at once whatever this says.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.options.grace = grace;
+        self
+    }
+
+    /// Whether to fsync the owner record and candidate directory before publishing (default
+    /// `true`: a power loss never leaves a lock without a complete record).
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.options.durable = durable;
+        self
+    }
+
+    /// A handle that cancels the wait from another thread.
+    pub fn cancel(mut self, cancel: &Cancel) -> Self {
+        self.options.cancel = Some(cancel.clone());
+        self
+    }
+
+    /// The lock's name and a description of what it protects.
+    fn resolve(&self) -> Result<(String, String, Family), Error> {
+        let canonical = |p: &Path, what: &'static str| {
+            std::fs::canonicalize(p).map_err(|e| Error::io(what, p, e))
+        };
+        Ok(match &self.target {
+            Target::Repository(root) => {
+                let root = canonical(root, "resolve the repository root")?;
+                (
+                    paths::repository_lock_name(&root),
+                    format!("repository {}", root.display()),
+                    Family::Repository,
+                )
+            }
+            Target::GlobalSetup(home) => {
+                let home = canonical(home, "resolve the account home")?;
+                (
+                    paths::global_setup_lock_name(&home),
+                    format!("global setup of {}", home.display()),
+                    Family::GlobalSetup,
+                )
+            }
+            Target::Named(name) => {
+                paths::check_lock_name(name).map_err(|p| Error::InvalidInput {
+                    what: format!("lock name {name:?}"),
+                    problem: p.into(),
+                })?;
+                (name.clone(), format!("named lock {name}"), Family::Named)
+            }
+        })
+    }
+
+    /// The path of the lock this request is for.
+    ///
+    /// # Errors
+    ///
+    /// When the repository root or home cannot be resolved, or the lock name is invalid.
+    pub fn path(&self) -> Result<PathBuf, Error> {
+        Ok(self.locks.dir().join(self.resolve()?.0))
+    }
+
+    /// Takes the lock.
+    ///
+    /// # Errors
+    ///
+    /// Contention: [`Error::Locked`] (a live or unknown holder), [`Error::Stale`] (a dead
+    /// holder inside the grace period), [`Error::Guarded`] (someone else is reclaiming),
+    /// [`Error::Timeout`] (the wait ran out). Misuse: [`Error::AlreadyHeld`] (this thread holds
+    /// it), [`Error::LockOrder`] (global setup after repository). Also [`Error::Malformed`],
+    /// [`Error::Cancelled`], [`Error::Unsafe`], [`Error::InvalidInput`] and [`Error::Io`].
+    pub fn acquire(self) -> Result<LockGuard, Error> {
+        let (name, resource, family) = self.resolve()?;
+        let inner = &self.locks.inner;
+        let lock_path = inner.path.join(&name);
+        let (dir, dir_id) = self.locks.current()?;
+        check_order(dir_id, &name, family, &lock_path, &resource)?;
+        let sys = Real;
+        let me = sys.identity();
+        let sp = Space {
+            sys: &sys,
+            dir: &*dir,
+            path: &inner.path,
+            uid: inner.uid,
+        };
+        let req = Request {
+            name: &name,
+            resource: &resource,
+            options: &self.options,
+        };
+        let held = protocol::acquire(&sp, &req, &me)?;
+        Ok(LockGuard::new(
+            held,
+            dir.clone(),
+            dir_id,
+            &inner.path,
+            inner.uid,
+            resource,
+            family,
+        ))
+    }
+
+    /// Takes the lock, runs `f`, and releases the lock (also when `f` panics).
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub fn run<T, E, F>(self, f: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Result<T, E>,
+        E: From<Error>,
+    {
+        let guard = self.acquire()?;
+        match f() {
+            Ok(value) => {
+                guard.release()?;
+                Ok(value)
+            }
+            Err(e) => {
+                // The closure's error is the one the caller needs; the guard still releases.
+                drop(guard);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! How long to wait for a lock, and the other knobs of an acquisition.
+
+use crate::sys::CancelHandle;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The default grace period: how long a lock whose owner is dead *by evidence* (not by kernel
+/// proof) must sit untouched before it is reclaimed. The same as the reference implementation.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
+
+/// What to do when another process holds the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Wait {
+    /// Fail at once with a contention error ([`crate::Error::Locked`] or
+    /// [`crate::Error::Stale`]). The repository lock's default.
+    #[default]
+    Immediately,
+    /// Wait until the lock is free, however long that takes. The global setup lock's default.
+    Forever,
+    /// Wait at most this long, then fail with [`crate::Error::Timeout`].
+    Timeout(Duration),
+}
+
+impl From<Duration> for Wait {
+    fn from(d: Duration) -> Wait {
+        Wait::Timeout(d)
+    }
+}
+
+/// A handle that cancels a waiting acquisition from another thread.
+///
+/// Pass a clone to [`crate::LockRequest::cancel`]; calling [`Cancel::cancel`] wakes the waiter,
+/// which then fails with [`crate::Error::Cancelled`] and leaves nothing behind. Once cancelled,
+/// a handle stays cancelled.
+///
+/// ```
+/// let cancel = dirlock::Cancel::new()?;
+/// let c = cancel.clone();
+/// std::thread::spawn(move || c.cancel());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Cancel(pub(crate) Arc<CancelHandle>);
+
+impl Cancel {
+    /// Makes a new handle.
+    ///
+    /// # Errors
+    ///
+    /// When the system cannot make the wake-up descriptor (out of file descriptors).
+    pub fn new() -> io::Result<Cancel> {
+        Ok(Cancel(CancelHandle::new()?))
+    }
+
+    /// Cancels every wait using this handle (now and later).
+    pub fn cancel(&self) {
+        self.0.fire();
+    }
+
+    /// Whether [`Cancel::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.is_fired()
+    }
+}
+
+/// Knobs of one acquisition (the builder [`crate::LockRequest`] fills them in).
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    pub wait: Wait,
+    pub grace: Duration,
+    pub durable: bool,
+    pub purpose: Option<String>,
+    pub cancel: Option<Cancel>,
+}
+
+impl Options {
+    pub fn new(wait: Wait) -> Options {
+        Options {
+            wait,
+            grace: DEFAULT_GRACE,
+            durable: true,
+            purpose: None,
+            cancel: None,
+        }
+    }
+}
+
+/// Bounded exponential backoff, for the few waits the kernel cannot wake us from (a busy
+/// reclaim guard, a filesystem without inotify).
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub fn new(first: Duration, max: Duration) -> Backoff {
+        Backoff { next: first, max }
+    }
+
+    /// The next pause: doubling from `first`, never above `max`.
+    pub fn next_pause(&mut self) -> Duration {
+        let now = self.next;
+        self.next = (self.next * 2).min(self.max);
+        now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_bounded() {
+        let mut b = Backoff::new(Duration::from_millis(1), Duration::from_millis(100));
+        let pauses: Vec<u128> = (0..10).map(|_| b.next_pause().as_millis()).collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 64, 100, 100, 100]);
+    }
+
+    #[test]
+    fn durations_convert_to_timeouts() {
+        assert_eq!(
+            Wait::from(Duration::from_secs(3)),
+            Wait::Timeout(Duration::from_secs(3))
+        );
+        assert_eq!(Wait::default(), Wait::Immediately);
+    }
+}

@@ -1,0 +1,202 @@
+//! The owner record `owner.json`: what a lock says about its holder. Pure: parsing and
+//! serializing only (the checks on the file itself are in [`crate::protocol`]).
+
+use crate::paths::OWNER_LIMIT;
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The owner record of a lock, as stored in its `owner.json`.
+///
+/// `pid` and `token` are the only required fields: that is all the reference implementation
+/// writes, and such a record is judged by its pid alone. This crate also records the facts
+/// that let an owner be judged without guessing (start time, boot id, host, pid namespace,
+/// beacon) and some for people (acquisition time, purpose, writer). Unknown fields are
+/// ignored; a known field of the wrong type makes the record malformed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Owner {
+    /// Process id of the holder.
+    pub pid: u32,
+    /// The holder's secret for this acquisition (a UUID v4).
+    pub token: String,
+    /// Start time of the holder process, in clock ticks since boot (Linux `/proc/<pid>/stat`
+    /// field 22): tells a reused pid from the holder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    /// The kernel's boot id when the lock was taken: a record from a previous boot is dead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// Host name of the holder: pids on another host mean nothing here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Pid namespace of the holder (`/proc/self/ns/pid` link target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_namespace: Option<String>,
+    /// When the lock was taken, in milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acquired_unix_ms: Option<u64>,
+    /// Whether the holder keeps an exclusive `flock` on the lock directory for the lock's whole
+    /// life: if it does, a lock nobody holds the `flock` on is proven dead by the kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beacon: Option<bool>,
+    /// What the holder is doing, as its caller said (e.g. `"sync"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// What wrote the record (e.g. `"dirlock 0.1.0"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer: Option<String>,
+}
+
+impl Owner {
+    /// A minimal record, as the reference implementation writes it.
+    pub fn new(pid: u32, token: impl Into<String>) -> Owner {
+        Owner {
+            pid,
+            token: token.into(),
+            start_time: None,
+            boot_id: None,
+            host: None,
+            pid_namespace: None,
+            acquired_unix_ms: None,
+            beacon: None,
+            purpose: None,
+            writer: None,
+        }
+    }
+
+    /// When the lock was taken, if recorded.
+    pub fn acquired_at(&self) -> Option<SystemTime> {
+        self.acquired_unix_ms
+            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+    }
+
+    /// Whether the record says the holder keeps a beacon `flock`.
+    pub fn has_beacon(&self) -> bool {
+        self.beacon == Some(true)
+    }
+
+    /// Parses a record.
+    ///
+    /// # Errors
+    ///
+    /// A description of what is wrong when `bytes` is not one JSON object of at most 4 KiB
+    /// with a `pid` in `1..=i32::MAX` and a non-empty `token`, or when a known field has the
+    /// wrong type.
+    pub fn parse(bytes: &[u8]) -> Result<Owner, String> {
+        if bytes.is_empty() {
+            return Err("the record is empty".into());
+        }
+        if bytes.len() > OWNER_LIMIT {
+            return Err(format!("the record is larger than {OWNER_LIMIT} bytes"));
+        }
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| format!("the record is not JSON: {e}"))?;
+        if !value.is_object() {
+            return Err("the record is not a JSON object".into());
+        }
+        let owner = Owner::deserialize(value).map_err(|e| format!("the record is invalid: {e}"))?;
+        if owner.pid == 0 || owner.pid > i32::MAX as u32 {
+            return Err(format!(
+                "the record's pid {} is not a process id",
+                owner.pid
+            ));
+        }
+        if owner.token.is_empty() {
+            return Err("the record's token is empty".into());
+        }
+        Ok(owner)
+    }
+
+    /// Serializes the record (compact JSON, as the reference writes it).
+    ///
+    /// # Errors
+    ///
+    /// When the record would be larger than 4 KiB (a very long purpose, say).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
+        let bytes = serde_json::to_vec(self).map_err(|e| e.to_string())?;
+        if bytes.len() > OWNER_LIMIT {
+            return Err(format!(
+                "the owner record would be {} bytes, more than the {OWNER_LIMIT} allowed (shorten the purpose)",
+                bytes.len()
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_records_parse() {
+        let o =
+            Owner::parse(br#"{"pid":123,"token":"8a1c0f2e-1b7e-4a57-9a43-2b6d7c2b9f10"}"#).unwrap();
+        assert_eq!(o.pid, 123);
+        assert_eq!(o.token, "8a1c0f2e-1b7e-4a57-9a43-2b6d7c2b9f10");
+        assert_eq!(o.start_time, None);
+        assert!(!o.has_beacon());
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let o = Owner::parse(br#"{"pid":1,"token":"t","future":{"x":[1,2]}}"#).unwrap();
+        assert_eq!(o, Owner::new(1, "t"));
+    }
+
+    #[test]
+    fn full_records_round_trip() {
+        let mut o = Owner::new(77, "tok");
+        o.start_time = Some(12345);
+        o.boot_id = Some("b".into());
+        o.host = Some("h".into());
+        o.pid_namespace = Some("pid:[4026531836]".into());
+        o.acquired_unix_ms = Some(1_700_000_000_000);
+        o.beacon = Some(true);
+        o.purpose = Some("sync \"quoted\" \u{e9}".into());
+        o.writer = Some("dirlock 0.1.0".into());
+        let bytes = o.to_bytes().unwrap();
+        assert_eq!(Owner::parse(&bytes).unwrap(), o);
+    }
+
+    #[test]
+    fn malformed_records_are_refused() {
+        let cases: &[(&[u8], &str)] = &[
+            (b"", "empty"),
+            (b"{", "not JSON"),
+            (b"[1,\"t\"]", "not a JSON object"),
+            (b"null", "not a JSON object"),
+            (br#"{"token":"t"}"#, "pid"),
+            (br#"{"pid":1}"#, "token"),
+            (br#"{"pid":0,"token":"t"}"#, "not a process id"),
+            (br#"{"pid":-4,"token":"t"}"#, "invalid"),
+            (br#"{"pid":1.5,"token":"t"}"#, "invalid"),
+            (br#"{"pid":"1","token":"t"}"#, "invalid"),
+            (br#"{"pid":4294967296,"token":"t"}"#, "invalid"),
+            (br#"{"pid":2147483648,"token":"t"}"#, "not a process id"),
+            (br#"{"pid":1,"token":""}"#, "empty"),
+            (br#"{"pid":1,"token":7}"#, "invalid"),
+            (br#"{"pid":1,"token":"t","beacon":"yes"}"#, "invalid"),
+            (br#"{"pid":1,"token":"t","start_time":-1}"#, "invalid"),
+            (br#"{"pid":1,"token":"t","host":5}"#, "invalid"),
+            (b"\xff\xfe", "not JSON"),
+        ];
+        for (bytes, why) in cases {
+            let err = Owner::parse(bytes).unwrap_err();
+            assert!(
+                err.contains(why),
+                "{:?}: expected {why:?} in {err:?}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+        let big = format!(r#"{{"pid":1,"token":"{}"}}"#, "a".repeat(OWNER_LIMIT));
+        assert!(Owner::parse(big.as_bytes()).unwrap_err().contains("larger"));
+    }
+
+    #[test]
+    fn oversized_records_are_not_written() {
+        let mut o = Owner::new(1, "t");
+        o.purpose = Some("p".repeat(OWNER_LIMIT));
+        assert!(o.to_bytes().unwrap_err().contains("shorten the purpose"));
+    }
+}

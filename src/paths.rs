@@ -1,0 +1,242 @@
+//! The on-disk names: the lock directory, lock names, and the names derived from a lock name
+//! (candidate, tombstone, reclaim guard).
+
+use sha2::{Digest, Sha256};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// The owner record inside every lock and candidate directory.
+pub(crate) const OWNER_FILE: &str = "owner.json";
+/// The largest owner record we read or write.
+pub(crate) const OWNER_LIMIT: usize = 4 * 1024;
+/// The file that marks a reclaim guard as this crate's (always made under a held `flock`).
+pub(crate) const GUARD_MARKER: &str = "dirlock.guard";
+/// The name of the lock directory inside the per-user base directory.
+pub(crate) const LOCK_DIR: &str = "operation-locks";
+
+const CANDIDATE: &str = ".candidate.";
+const TOMBSTONE: &str = ".tombstone.";
+const RECLAIM: &str = ".reclaim";
+
+fn hashed(prefix: &str, path: &Path) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(prefix.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(path.as_os_str().as_bytes());
+    let digest = hasher.finalize();
+    let mut name = String::with_capacity(prefix.len() + 1 + 64 + 5);
+    name.push_str(prefix);
+    name.push('-');
+    for byte in digest.iter() {
+        name.push_str(&format!("{byte:02x}"));
+    }
+    name.push_str(".lock");
+    name
+}
+
+/// The lock name for a repository whose canonical (real) path is `root`:
+/// `repository-` + hex(sha256(`"repository\0"` + path bytes)) + `.lock`, as the reference
+/// implementation names it.
+pub fn repository_lock_name(root: &Path) -> String {
+    hashed("repository", root)
+}
+
+/// The lock name for the per-account setup of the account whose canonical home is `home`:
+/// `global-setup-` + hex(sha256(`"global-setup\0"` + path bytes)) + `.lock`.
+pub fn global_setup_lock_name(home: &Path) -> String {
+    hashed("global-setup", home)
+}
+
+/// The temporary directory as the reference implementation (Node.js `os.tmpdir()`) finds it:
+/// `TMPDIR`, else `TMP`, else `TEMP`, else `/tmp`, without a trailing slash. Matching it byte
+/// for byte is what makes our lock paths the reference's.
+pub fn temp_dir() -> PathBuf {
+    let var = ["TMPDIR", "TMP", "TEMP"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .find(|v| !v.is_empty())
+        .unwrap_or_else(|| OsString::from("/tmp"));
+    let mut bytes = var.as_bytes();
+    while bytes.len() > 1 && bytes.ends_with(b"/") {
+        bytes = &bytes[..bytes.len() - 1];
+    }
+    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+}
+
+/// The per-user base directory name for application `app`: `<app>-<uid>`.
+pub(crate) fn base_name(app: &str, uid: u32) -> String {
+    format!("{app}-{uid}")
+}
+
+/// Checks an application name: it becomes a path component.
+pub(crate) fn check_app(app: &str) -> Result<(), &'static str> {
+    if app.is_empty() {
+        return Err("is empty");
+    }
+    if app.len() > 100 {
+        return Err("is longer than 100 bytes");
+    }
+    if app.starts_with('.') {
+        return Err("starts with a dot");
+    }
+    if !app
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err("has a character other than ASCII letters, digits, '-', '_' and '.'");
+    }
+    Ok(())
+}
+
+/// Checks a caller-chosen lock name (`--lock DIR/NAME`, [`crate::Locks::named_lock`]).
+pub(crate) fn check_lock_name(name: &str) -> Result<(), &'static str> {
+    if !name.ends_with(".lock") || name.len() <= ".lock".len() {
+        return Err("must end in \".lock\" after at least one other character");
+    }
+    if name.len() > 160 {
+        return Err(
+            "is longer than 160 bytes (the derived candidate and tombstone names must fit in 255)",
+        );
+    }
+    if name.starts_with('.') {
+        return Err("starts with a dot");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err("has a character other than ASCII letters, digits, '-', '_' and '.'");
+    }
+    if name.contains(CANDIDATE) || name.contains(TOMBSTONE) || name.contains(RECLAIM) {
+        return Err("contains \".candidate.\", \".tombstone.\" or \".reclaim\", which the protocol reserves");
+    }
+    Ok(())
+}
+
+/// `NAME.candidate.<token>`.
+pub(crate) fn candidate_name(lock: &str, token: &str) -> String {
+    format!("{lock}{CANDIDATE}{token}")
+}
+
+/// `NAME.tombstone.<id>`.
+pub(crate) fn tombstone_name(lock: &str, id: &str) -> String {
+    format!("{lock}{TOMBSTONE}{id}")
+}
+
+/// `NAME.reclaim`.
+pub(crate) fn guard_name(lock: &str) -> String {
+    format!("{lock}{RECLAIM}")
+}
+
+/// What an entry of a lock directory is, by its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// A lock (`NAME`).
+    Lock(String),
+    /// A candidate of lock `lock` staged by the process whose token is `token`.
+    Candidate {
+        /// The lock it was staged for.
+        lock: String,
+        /// Its creator's token.
+        token: String,
+    },
+    /// A tombstone of lock `lock`.
+    Tombstone {
+        /// The lock it retired.
+        lock: String,
+    },
+    /// The reclaim guard of lock `lock`.
+    Guard {
+        /// The lock it guards.
+        lock: String,
+    },
+    /// Anything else (not ours: left alone).
+    Other,
+}
+
+/// Classifies a lock-directory entry by its name.
+pub fn classify(entry: &str) -> Entry {
+    if let Some(i) = entry.find(TOMBSTONE) {
+        return Entry::Tombstone {
+            lock: entry[..i].to_owned(),
+        };
+    }
+    if let Some(i) = entry.find(CANDIDATE) {
+        return Entry::Candidate {
+            lock: entry[..i].to_owned(),
+            token: entry[i + CANDIDATE.len()..].to_owned(),
+        };
+    }
+    if let Some(lock) = entry.strip_suffix(RECLAIM) {
+        return Entry::Guard {
+            lock: lock.to_owned(),
+        };
+    }
+    if entry.ends_with(".lock") && !entry.starts_with('.') {
+        return Entry::Lock(entry.to_owned());
+    }
+    Entry::Other
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_names_classify_back() {
+        let lock = "repository-ab.lock";
+        assert_eq!(
+            classify(&candidate_name(lock, "t-1")),
+            Entry::Candidate {
+                lock: lock.into(),
+                token: "t-1".into()
+            }
+        );
+        assert_eq!(
+            classify(&tombstone_name(lock, "x")),
+            Entry::Tombstone { lock: lock.into() }
+        );
+        assert_eq!(
+            classify(&guard_name(lock)),
+            Entry::Guard { lock: lock.into() }
+        );
+        assert_eq!(classify(lock), Entry::Lock(lock.into()));
+        assert_eq!(classify("notes.txt"), Entry::Other);
+    }
+
+    #[test]
+    fn lock_names_are_checked() {
+        assert!(check_lock_name("deploy.lock").is_ok());
+        for bad in [
+            "",
+            ".lock",
+            "deploy",
+            "../x.lock",
+            "a/b.lock",
+            ".hidden.lock",
+            "x.candidate.y.lock",
+            "x.tombstone.y.lock",
+            "x.reclaim.lock",
+            "sp ace.lock",
+        ] {
+            assert!(check_lock_name(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(check_lock_name(&format!("{}.lock", "a".repeat(156))).is_err());
+    }
+
+    #[test]
+    fn app_names_are_checked() {
+        assert!(check_app("apnea").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", ".x"] {
+            assert!(check_app(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn start_time_is_field_22_even_with_odd_command_names() {
+        let line = "4242 (we ird) (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(crate::sys::parse_start_time_for_tests(line), Some(987654));
+        assert_eq!(crate::sys::parse_start_time_for_tests("garbage"), None);
+    }
+}

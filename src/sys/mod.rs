@@ -1,0 +1,192 @@
+//! The one place where the crate meets the operating system.
+//!
+//! The protocol ([`crate::protocol`], [`crate::reclaim`]) is written against the [`System`]
+//! trait below: the few filesystem, clock and process operations it needs, every filesystem
+//! operation relative to an open directory handle. [`Real`] implements it with `libc` (all
+//! `unsafe` in the crate lives in this module's children); a deterministic simulation can
+//! implement it over an in-memory model and run the very same protocol code. The protocol is
+//! generic over the trait, so the seam is resolved at compile time and costs nothing.
+
+use std::io;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+mod unix;
+
+#[cfg(test)]
+pub(crate) use unix::parse_start_time as parse_start_time_for_tests;
+pub use unix::{CancelHandle, Real};
+
+/// The identity of a file: device and inode number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileId {
+    /// Device number.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+}
+
+/// What kind of file a path names (symlinks are never followed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A directory.
+    Dir,
+    /// A regular file.
+    File,
+    /// A symbolic link.
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+/// The facts the protocol needs about a file (an `lstat`/`fstat` subset).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// Device and inode.
+    pub id: FileId,
+    /// File type.
+    pub kind: Kind,
+    /// Owning user.
+    pub uid: u32,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Link count; 0 for a directory that has been removed.
+    pub nlink: u64,
+    /// Last modification time.
+    pub mtime: SystemTime,
+}
+
+/// Why a [`System::sleep`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// Something watched changed (or may have): look again.
+    Changed,
+    /// The timeout passed.
+    TimedOut,
+    /// The caller's cancel handle fired.
+    Cancelled,
+}
+
+/// This process's identity facts, read once (see [`System::identity`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// Process id.
+    pub pid: u32,
+    /// Process start time in clock ticks since boot (Linux: field 22 of `/proc/self/stat`).
+    pub start_time: Option<u64>,
+    /// `/proc/sys/kernel/random/boot_id`.
+    pub boot_id: Option<String>,
+    /// Host name.
+    pub host: Option<String>,
+    /// Pid namespace (`/proc/self/ns/pid` link target).
+    pub pid_namespace: Option<String>,
+    /// Effective user id.
+    pub uid: u32,
+}
+
+/// The system operations the lock protocol is written against.
+///
+/// Every filesystem operation is relative to an open directory ([`System::Dir`]) and never
+/// follows a symbolic link in its last component. Errors are plain [`io::Error`]s; the
+/// protocol attaches the operation and the path.
+pub trait System {
+    /// An open directory handle; dropping it closes the descriptor (and so releases any
+    /// `flock` held through it).
+    type Dir;
+    /// A registration that makes [`System::sleep`] return when a lock directory changes.
+    type Watch;
+
+    /// This process's identity. Implementations read it once and re-read only after a fork.
+    fn identity(&self) -> Identity;
+    /// The current process id (changes in a forked child).
+    fn pid(&self) -> u32;
+    /// Wall-clock time (used for the grace period, measured against directory mtimes).
+    fn now(&self) -> SystemTime;
+    /// A monotonic clock reading, for deadlines.
+    fn monotonic(&self) -> Duration;
+    /// A fresh random token (a UUID v4 in the real system).
+    fn token(&self) -> String;
+
+    /// Opens the directory at `path`, following symlinks (used for the temp dir only).
+    fn open_dir_path(&self, path: &Path) -> io::Result<Self::Dir>;
+    /// Opens directory `name` in `at` (`O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC`).
+    fn open_dir_at(&self, at: &Self::Dir, name: &str) -> io::Result<Self::Dir>;
+    /// Creates directory `name` in `at` with mode 0700 (before the umask).
+    fn mkdir_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
+    /// `fstat` of an open directory.
+    fn meta(&self, dir: &Self::Dir) -> io::Result<Meta>;
+    /// `fstatat(.., AT_SYMLINK_NOFOLLOW)`.
+    fn meta_at(&self, at: &Self::Dir, name: &str) -> io::Result<Meta>;
+    /// `fchmod` of an open directory.
+    fn set_mode(&self, dir: &Self::Dir, mode: u32) -> io::Result<()>;
+    /// Sets an open directory's mtime to now.
+    fn touch(&self, dir: &Self::Dir) -> io::Result<()>;
+    /// Creates file `name` in `at` with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode exactly 0600,
+    /// writes `contents` and, if `sync`, fsyncs it.
+    fn create_file_at(
+        &self,
+        at: &Self::Dir,
+        name: &str,
+        contents: &[u8],
+        sync: bool,
+    ) -> io::Result<()>;
+    /// Reads file `name` in `at` without following a symlink or blocking on a FIFO; returns its
+    /// metadata and at most `limit + 1` bytes (so the caller can tell an oversized file).
+    fn read_file_at(&self, at: &Self::Dir, name: &str, limit: usize)
+        -> io::Result<(Meta, Vec<u8>)>;
+    /// fsyncs an open directory.
+    fn sync_dir(&self, dir: &Self::Dir) -> io::Result<()>;
+    /// Renames `from` to `to` within `at`, failing with `EEXIST`/`ENOTEMPTY` if `to` exists.
+    /// Where the filesystem rejects no-replace renames, falls back to a plain rename (which
+    /// can replace only an *empty* directory); the caller verifies the result.
+    fn rename_noreplace(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
+    /// Removes file `name` in `at`.
+    fn remove_file_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
+    /// Removes empty directory `name` in `at`.
+    fn remove_dir_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
+    /// The names in a directory (without `.` and `..`).
+    fn list(&self, dir: &Self::Dir) -> io::Result<Vec<String>>;
+    /// `flock` without blocking: `Ok(true)` when taken, `Ok(false)` when someone else holds a
+    /// conflicting lock.
+    fn try_lock(&self, dir: &Self::Dir, exclusive: bool) -> io::Result<bool>;
+
+    /// Whether process `pid` exists: `Some(false)` only when the kernel says there is no such
+    /// process; `None` when it cannot tell.
+    fn process_alive(&self, pid: u32) -> Option<bool>;
+    /// The start time of process `pid`, if readable.
+    fn start_time(&self, pid: u32) -> Option<u64>;
+
+    /// Registers interest in lock directory `lock` (its beacon's release, its rename or
+    /// removal) and, if given, in the exit of process `pid`. `Ok(None)` when the system offers
+    /// no way to be woken; the caller then backs off.
+    fn watch(&self, lock: &Self::Dir, pid: Option<u32>) -> io::Result<Option<Self::Watch>>;
+    /// Sleeps until `watch` fires, `timeout` passes (`None`: no timeout), or `cancel` fires.
+    fn sleep(
+        &self,
+        watch: Option<&Self::Watch>,
+        timeout: Option<Duration>,
+        cancel: Option<&CancelHandle>,
+    ) -> io::Result<Wake>;
+}
+
+/// The error numbers the protocol tells apart, named portably (the numbers differ by platform).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Errno {
+    /// `EEXIST`.
+    Exists,
+    /// `ENOTEMPTY`.
+    NotEmpty,
+    /// `ENOTDIR`.
+    NotDir,
+    /// `ELOOP` (what `O_NOFOLLOW` reports for a symlink).
+    Loop,
+    /// `ENOLCK`, `EOPNOTSUPP` or `ENOSYS` from `flock`: the filesystem has no such locks.
+    LockUnsupported,
+}
+
+/// Whether `e` is the error `which`.
+pub fn is(e: &io::Error, which: Errno) -> bool {
+    unix::is(e, which)
+}

@@ -1,0 +1,683 @@
+//! The real [`System`]: `libc` calls, Linux first. Other Unixes compile with fallbacks (plain
+//! `rename` verified by the caller, backoff instead of kernel wake-ups) until they get their own
+//! tuned code here.
+#![allow(unsafe_code)]
+
+use super::{FileId, Identity, Kind, Meta, System, Wake};
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The real operating system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Real;
+
+/// Identity facts, cached per pid (a forked child reads its own).
+static IDENTITY: Mutex<Option<Identity>> = Mutex::new(None);
+
+/// Set once a filesystem has told us it does not know `RENAME_NOREPLACE`.
+static NO_RENAMEAT2: AtomicBool = AtomicBool::new(false);
+
+fn cstr(name: &str) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name contains NUL"))
+}
+
+fn cpath(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+/// Turns a `-1` return into the thread's `errno`.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Retries a call interrupted by a signal.
+fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
+    loop {
+        match check(f()) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Resets the thread's `errno`, so that a null `readdir` can tell end-of-stream from error.
+fn clear_errno() {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: errno is thread-local and always addressable.
+    unsafe {
+        *libc::__errno_location() = 0
+    };
+    #[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
+    // SAFETY: errno is thread-local and always addressable.
+    unsafe {
+        *libc::__error() = 0
+    };
+}
+
+fn owned(fd: libc::c_int) -> OwnedFd {
+    // SAFETY: callers pass a descriptor just returned by a successful open-like call, which
+    // nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+// The field types of `stat` differ by platform; the casts are no-ops on some.
+#[allow(clippy::unnecessary_cast)]
+fn meta_of(st: &libc::stat) -> Meta {
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFREG => Kind::File,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    };
+    let mtime = if st.st_mtime >= 0 {
+        UNIX_EPOCH
+            + Duration::new(
+                st.st_mtime as u64,
+                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+            )
+    } else {
+        UNIX_EPOCH
+    };
+    Meta {
+        id: FileId {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+        },
+        kind,
+        uid: st.st_uid,
+        mode: (st.st_mode & 0o7777) as u32,
+        size: st.st_size.max(0) as u64,
+        nlink: st.st_nlink as u64,
+        mtime,
+    }
+}
+
+fn fstat(fd: RawFd) -> io::Result<Meta> {
+    // SAFETY: `stat` is plain old data; all-zero is a valid value that fstat overwrites.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is an open descriptor borrowed for the call; `st` is a valid out-pointer.
+    check(unsafe { libc::fstat(fd, &mut st) })?;
+    Ok(meta_of(&st))
+}
+
+fn read_to_limit(fd: RawFd, limit: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; limit + 1];
+    let mut len = 0;
+    while len < buf.len() {
+        // SAFETY: the pointer and length describe the unfilled tail of `buf`, which we own.
+        let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+fn read_small(path: &CStr) -> Option<String> {
+    // SAFETY: `path` is NUL-terminated; the flags open a read-only descriptor we own.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let fd = owned(fd);
+    let bytes = read_to_limit(fd.as_raw_fd(), 4096).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+fn read_link(path: &CStr) -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: `path` is NUL-terminated and `buf` is a writable buffer of the given length.
+    let n = unsafe { libc::readlink(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 || n as usize >= buf.len() {
+        return None;
+    }
+    String::from_utf8(buf[..n as usize].to_vec()).ok()
+}
+
+/// Field 22 (`starttime`) of `/proc/<pid>/stat`.
+fn proc_start_time(pid: u32) -> Option<u64> {
+    let path = CString::new(format!("/proc/{pid}/stat")).ok()?;
+    let text = read_small(&path)?;
+    parse_start_time(&text)
+}
+
+/// Parses field 22 out of a `/proc/<pid>/stat` line; the command name (field 2) may hold spaces
+/// and parentheses, so fields are counted from the last `)`.
+pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+fn hostname() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its whole length.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0)?;
+    String::from_utf8(buf[..end].to_vec())
+        .ok()
+        .filter(|h| !h.is_empty())
+}
+
+fn getpid() -> u32 {
+    // SAFETY: getpid has no preconditions and cannot fail.
+    unsafe { libc::getpid() as u32 }
+}
+
+fn geteuid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn read_identity() -> Identity {
+    let pid = getpid();
+    Identity {
+        pid,
+        start_time: proc_start_time(pid),
+        boot_id: read_small(c"/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_owned()),
+        host: hostname(),
+        pid_namespace: read_link(c"/proc/self/ns/pid"),
+        uid: geteuid(),
+    }
+}
+
+/// Where the process's inotify + pidfd registrations live while a waiter sleeps.
+#[derive(Debug)]
+pub struct Watch {
+    inotify: Option<OwnedFd>,
+    pidfd: Option<OwnedFd>,
+}
+
+/// A cancellation signal shared between a waiter and whoever may cancel it (an `eventfd` on
+/// Linux, a pipe elsewhere): once fired, it stays fired.
+#[derive(Debug)]
+pub struct CancelHandle {
+    read: OwnedFd,
+    #[cfg(not(target_os = "linux"))]
+    write: OwnedFd,
+    fired: AtomicBool,
+}
+
+impl CancelHandle {
+    /// Makes a new, unfired handle.
+    pub fn new() -> io::Result<Arc<CancelHandle>> {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: eventfd with valid flags returns a new descriptor or -1.
+            let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
+            Ok(Arc::new(CancelHandle {
+                read: owned(fd),
+                fired: AtomicBool::new(false),
+            }))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let mut fds = [0; 2];
+            // SAFETY: `fds` is a valid array of two descriptors for pipe to fill.
+            check(unsafe { libc::pipe(fds.as_mut_ptr()) })?;
+            let (read, write) = (owned(fds[0]), owned(fds[1]));
+            for fd in [&read, &write] {
+                // SAFETY: both descriptors are open and owned here.
+                check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) })?;
+            }
+            Ok(Arc::new(CancelHandle {
+                read,
+                write,
+                fired: AtomicBool::new(false),
+            }))
+        }
+    }
+
+    /// Fires the handle, waking every sleeper polling it.
+    pub fn fire(&self) {
+        if self.fired.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let one: u64 = 1;
+        #[cfg(target_os = "linux")]
+        let fd = self.read.as_raw_fd();
+        #[cfg(not(target_os = "linux"))]
+        let fd = self.write.as_raw_fd();
+        // SAFETY: writes 8 bytes from a live u64 to an open descriptor we own. A failure (the
+        // counter cannot overflow from 0) would only lose a wake-up that `fired` still records.
+        let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    }
+
+    /// Whether the handle has fired.
+    pub fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+fn ms(timeout: Option<Duration>) -> libc::c_int {
+    match timeout {
+        None => -1,
+        // Round up so that a sleep never returns before its deadline.
+        Some(d) => d.as_micros().div_ceil(1000).min(libc::c_int::MAX as u128) as libc::c_int,
+    }
+}
+
+impl System for Real {
+    type Dir = OwnedFd;
+    type Watch = Watch;
+
+    fn identity(&self) -> Identity {
+        let pid = getpid();
+        let mut cached = IDENTITY.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cached {
+            Some(id) if id.pid == pid => id.clone(),
+            _ => {
+                let id = read_identity();
+                *cached = Some(id.clone());
+                id
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        getpid()
+    }
+
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    fn monotonic(&self) -> Duration {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed()
+    }
+
+    fn token(&self) -> String {
+        uuid::Uuid::new_v4().to_string()
+    }
+
+    fn open_dir_path(&self, path: &Path) -> io::Result<OwnedFd> {
+        let p = cpath(path)?;
+        // SAFETY: `p` is NUL-terminated; the result is a new descriptor or -1.
+        let fd = retry(|| unsafe {
+            libc::open(
+                p.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        Ok(owned(fd))
+    }
+
+    fn open_dir_at(&self, at: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is an open directory, `n` is NUL-terminated; the result is a new
+        // descriptor or -1.
+        let fd = retry(|| unsafe {
+            libc::openat(
+                at.as_raw_fd(),
+                n.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        })?;
+        Ok(owned(fd))
+    }
+
+    fn mkdir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is an open directory and `n` is NUL-terminated.
+        check(unsafe { libc::mkdirat(at.as_raw_fd(), n.as_ptr(), 0o700) })?;
+        Ok(())
+    }
+
+    fn meta(&self, dir: &OwnedFd) -> io::Result<Meta> {
+        fstat(dir.as_raw_fd())
+    }
+
+    fn meta_at(&self, at: &OwnedFd, name: &str) -> io::Result<Meta> {
+        let n = cstr(name)?;
+        // SAFETY: `stat` is plain old data; all-zero is a valid value that fstatat overwrites.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `at` is open, `n` is NUL-terminated and `st` is a valid out-pointer.
+        check(unsafe {
+            libc::fstatat(
+                at.as_raw_fd(),
+                n.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+        Ok(meta_of(&st))
+    }
+
+    fn set_mode(&self, dir: &OwnedFd, mode: u32) -> io::Result<()> {
+        // SAFETY: `dir` is an open descriptor.
+        retry(|| unsafe { libc::fchmod(dir.as_raw_fd(), mode as libc::mode_t) })?;
+        Ok(())
+    }
+
+    fn touch(&self, dir: &OwnedFd) -> io::Result<()> {
+        // SAFETY: a null `times` pointer sets both timestamps to now; `dir` is open.
+        check(unsafe { libc::futimens(dir.as_raw_fd(), std::ptr::null()) })?;
+        Ok(())
+    }
+
+    fn create_file_at(
+        &self,
+        at: &OwnedFd,
+        name: &str,
+        contents: &[u8],
+        sync: bool,
+    ) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is an open directory, `n` is NUL-terminated; O_EXCL|O_NOFOLLOW make a new
+        // file or fail. The result is a new descriptor or -1.
+        let fd = retry(|| unsafe {
+            libc::openat(
+                at.as_raw_fd(),
+                n.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        })?;
+        let fd = owned(fd);
+        // The umask may have taken bits away (even the owner's): set the mode exactly.
+        // SAFETY: `fd` is the file just created.
+        retry(|| unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) })?;
+        let mut written = 0;
+        while written < contents.len() {
+            let rest = &contents[written..];
+            // SAFETY: the pointer and length describe the unwritten tail of `contents`.
+            let n = unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            written += n as usize;
+        }
+        if sync {
+            // SAFETY: `fd` is open.
+            retry(|| unsafe { libc::fsync(fd.as_raw_fd()) })?;
+        }
+        Ok(())
+    }
+
+    fn read_file_at(&self, at: &OwnedFd, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is open and `n` NUL-terminated. O_NOFOLLOW refuses a symlink and
+        // O_NONBLOCK keeps a FIFO from blocking the open; the result is a new descriptor or -1.
+        let fd = retry(|| unsafe {
+            libc::openat(
+                at.as_raw_fd(),
+                n.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        })?;
+        let fd = owned(fd);
+        let meta = fstat(fd.as_raw_fd())?;
+        if meta.kind != Kind::File {
+            // Never read from a FIFO, socket or device: the caller sees the kind and refuses.
+            return Ok((meta, Vec::new()));
+        }
+        let bytes = read_to_limit(fd.as_raw_fd(), limit)?;
+        Ok((meta, bytes))
+    }
+
+    fn sync_dir(&self, dir: &OwnedFd) -> io::Result<()> {
+        // SAFETY: `dir` is open.
+        match retry(|| unsafe { libc::fsync(dir.as_raw_fd()) }) {
+            // Some filesystems cannot sync a directory; the data was synced already.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
+                ) =>
+            {
+                Ok(())
+            }
+            other => other.map(drop),
+        }
+    }
+
+    fn rename_noreplace(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+        let (f, t) = (cstr(from)?, cstr(to)?);
+        #[cfg(target_os = "linux")]
+        if !NO_RENAMEAT2.load(Ordering::Relaxed) {
+            // SAFETY: both names are NUL-terminated and relative to the open directory `at`;
+            // renameat2 takes no pointers beyond them.
+            let ret = unsafe {
+                libc::syscall(
+                    libc::SYS_renameat2,
+                    at.as_raw_fd(),
+                    f.as_ptr(),
+                    at.as_raw_fd(),
+                    t.as_ptr(),
+                    libc::RENAME_NOREPLACE,
+                )
+            };
+            if ret == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                // The kernel or this filesystem does not know the flag: fall back, once and
+                // for all.
+                Some(libc::EINVAL) | Some(libc::ENOSYS) => {
+                    NO_RENAMEAT2.store(true, Ordering::Relaxed)
+                }
+                _ => return Err(e),
+            }
+        }
+        // Plain rename replaces only an empty directory; the protocol's lock directories are
+        // never empty and the caller reads the token back.
+        // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
+        check(unsafe { libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr()) })?;
+        Ok(())
+    }
+
+    fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is open and `n` is NUL-terminated.
+        check(unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), 0) })?;
+        Ok(())
+    }
+
+    fn remove_dir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is open and `n` is NUL-terminated.
+        check(unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) })?;
+        Ok(())
+    }
+
+    fn list(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {
+        // A fresh descriptor, so that the directory stream's offset is our own.
+        let fresh = self.open_dir_at(dir, ".")?;
+        // SAFETY: fdopendir takes ownership of the descriptor on success.
+        let stream = unsafe { libc::fdopendir(fresh.as_raw_fd()) };
+        if stream.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        std::mem::forget(fresh); // now owned by `stream`, closed by closedir below
+        let mut names = Vec::new();
+        let result = loop {
+            clear_errno();
+            // SAFETY: `stream` is a valid open directory stream.
+            let entry = unsafe { libc::readdir(stream) };
+            if entry.is_null() {
+                let e = io::Error::last_os_error();
+                break if e.raw_os_error() == Some(0) {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated; it stays
+            // valid until the next readdir on this stream.
+            let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) };
+            let bytes = name.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            names.push(OsStr::from_bytes(bytes).to_string_lossy().into_owned());
+        };
+        // SAFETY: `stream` is valid and closed exactly once.
+        unsafe { libc::closedir(stream) };
+        result.map(|()| names)
+    }
+
+    fn try_lock(&self, dir: &OwnedFd, exclusive: bool) -> io::Result<bool> {
+        let op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
+        // SAFETY: `dir` is open; flock takes no pointers.
+        match retry(|| unsafe { libc::flock(dir.as_raw_fd(), op | libc::LOCK_NB) }) {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn process_alive(&self, pid: u32) -> Option<bool> {
+        let pid = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
+        // SAFETY: signal 0 only checks for existence and permission; nothing is delivered.
+        if unsafe { libc::kill(pid, 0) } == 0 {
+            return Some(true);
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => Some(false),
+            Some(libc::EPERM) => Some(true),
+            _ => None,
+        }
+    }
+
+    fn start_time(&self, pid: u32) -> Option<u64> {
+        proc_start_time(pid)
+    }
+
+    #[cfg(target_os = "linux")]
+    fn watch(&self, lock: &OwnedFd, pid: Option<u32>) -> io::Result<Option<Watch>> {
+        // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
+        let inotify =
+            match check(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) }) {
+                Ok(fd) => Some(owned(fd)),
+                // Out of inotify instances: the pidfd (or backoff) still serves.
+                Err(_) => None,
+            };
+        if let Some(ifd) = &inotify {
+            // Watching /proc/self/fd/N follows the magic link to the very inode we judged,
+            // whatever its name is now. The final close of the holder's beacon (its release or
+            // its death: the moment the kernel drops its flock) raises IN_CLOSE_NOWRITE; a
+            // release first moves the directory (IN_MOVE_SELF).
+            let path = CString::new(format!("/proc/self/fd/{}", lock.as_raw_fd()))
+                .expect("no NUL in a formatted path");
+            let mask = libc::IN_CLOSE_NOWRITE
+                | libc::IN_CLOSE_WRITE
+                | libc::IN_MOVE_SELF
+                | libc::IN_DELETE_SELF
+                | libc::IN_ATTRIB;
+            // SAFETY: `ifd` is an inotify instance and `path` is NUL-terminated.
+            if unsafe { libc::inotify_add_watch(ifd.as_raw_fd(), path.as_ptr(), mask) } < 0 {
+                return Ok(None);
+            }
+        }
+        let pidfd = pid.and_then(|pid| {
+            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+            (fd >= 0).then(|| owned(fd as libc::c_int))
+        });
+        if inotify.is_none() && pidfd.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Watch { inotify, pidfd }))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn watch(&self, _lock: &OwnedFd, _pid: Option<u32>) -> io::Result<Option<Watch>> {
+        Ok(None)
+    }
+
+    fn sleep(
+        &self,
+        watch: Option<&Watch>,
+        timeout: Option<Duration>,
+        cancel: Option<&CancelHandle>,
+    ) -> io::Result<Wake> {
+        if cancel.is_some_and(|c| c.is_fired()) {
+            return Ok(Wake::Cancelled);
+        }
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
+        let cancel_fd = cancel.map(|c| c.read.as_raw_fd());
+        for fd in cancel_fd
+            .into_iter()
+            .chain(
+                watch
+                    .and_then(|w| w.inotify.as_ref())
+                    .map(|f| f.as_raw_fd()),
+            )
+            .chain(watch.and_then(|w| w.pidfd.as_ref()).map(|f| f.as_raw_fd()))
+        {
+            fds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms(left)) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Ok(Wake::TimedOut);
+            }
+            if cancel_fd.is_some() && fds[0].revents != 0 {
+                return Ok(Wake::Cancelled);
+            }
+            return Ok(Wake::Changed);
+        }
+    }
+}
+
+pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
+    use super::Errno::*;
+    let Some(n) = e.raw_os_error() else {
+        return false;
+    };
+    match which {
+        Exists => n == libc::EEXIST,
+        NotEmpty => n == libc::ENOTEMPTY,
+        NotDir => n == libc::ENOTDIR,
+        Loop => n == libc::ELOOP,
+        LockUnsupported => n == libc::ENOLCK || n == libc::EOPNOTSUPP || n == libc::ENOSYS,
+    }
+}

@@ -93,7 +93,7 @@ pub enum Error {
         resource: String,
     },
     /// Taking this lock now would break the lock order (global setup first, then repository).
-    #[error("cannot take {} while this process holds the repository lock {}: take the global setup lock first (Locks::with_setup_locks does)",
+    #[error("cannot take {} while this thread holds the repository lock {}: take the global setup lock first (Locks::with_setup_locks does)",
         subject(lock, resource), held.display())]
     LockOrder {
         /// The lock that was asked for.

@@ -38,8 +38,9 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
     HELD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Refuses what would deadlock this process: the same lock again on this thread, or the global
-/// setup lock while a repository lock is held (the order is setup first).
+/// Refuses what would deadlock this thread: the same lock again, or the global setup lock while
+/// it holds a repository lock (the order is setup first). Both rules are per thread: the thread
+/// is what blocks, and other threads of the process contend like other processes do.
 pub(crate) fn check_order(
     dir: FileId,
     name: &str,
@@ -57,7 +58,7 @@ pub(crate) fn check_order(
                 resource: resource.to_owned(),
             });
         }
-        if family == Family::GlobalSetup && r.family == Family::Repository {
+        if family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {
             return Err(Error::LockOrder {
                 lock: lock.to_owned(),
                 resource: resource.to_owned(),

@@ -52,9 +52,9 @@
 //! # Within one process
 //!
 //! Taking a lock the *same thread* already holds fails at once with [`Error::AlreadyHeld`]
-//! (waiting would never end). Other threads contend like other processes do. Taking the global
-//! setup lock while the process holds a repository lock fails with [`Error::LockOrder`]: the
-//! order is setup first. A forked child that drops an inherited guard does nothing; the
+//! (waiting would never end). Taking the global setup lock on a thread that holds a repository
+//! lock fails with [`Error::LockOrder`]: the order is setup first. Other threads contend like
+//! other processes do. A forked child that drops an inherited guard does nothing; the
 //! beacon is close-on-exec, so an `exec`'d program does not keep the lock alive.
 //!
 //! # On disk

@@ -1,0 +1,89 @@
+//! Fork and exec: a forked child dropping or releasing an inherited guard does nothing, and an
+//! exec'd program does not keep a lock alive (the beacon is close-on-exec). A test binary of its
+//! own, with one test, so that it forks while no other thread runs.
+#![allow(unsafe_code)]
+
+use dirlock::{Error, Locks};
+use std::process::Command;
+
+/// Runs `child` in a forked process and returns its exit status.
+fn in_fork(child: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: this test binary runs a single test, so no other thread holds a lock the child
+    // could need; the child leaves through _exit without running the parent's destructors.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = child();
+        // SAFETY: ends the child at once, as a crash would, without unwinding.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child we just forked; `status` is a valid out-pointer.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status), "child did not exit normally");
+    libc::WEXITSTATUS(status)
+}
+
+#[test]
+fn forked_children_and_execd_programs_do_not_own_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let locks = Locks::in_dir(tmp.path().join("locks")).unwrap();
+
+    // 1. A forked child that releases or drops an inherited guard leaves the parent's lock.
+    let guard = locks.named_lock("f.lock").acquire().unwrap();
+    let token = guard.owner().token.clone();
+    let code = in_fork(|| {
+        // The child's copy of the guard: release must be a no-op that reports success.
+        match unsafe_take(&guard).release() {
+            Ok(()) => 0,
+            Err(_) => 1,
+        }
+    });
+    assert_eq!(code, 0);
+    let code = in_fork(|| {
+        drop(unsafe_take(&guard));
+        0
+    });
+    assert_eq!(code, 0);
+    let record = std::fs::read_to_string(guard.path().join("owner.json")).unwrap();
+    assert!(
+        record.contains(&token),
+        "the parent's lock is still in place"
+    );
+    let err = std::thread::scope(|s| {
+        s.spawn(|| locks.named_lock("f.lock").acquire().unwrap_err())
+            .join()
+            .unwrap()
+    });
+    assert!(matches!(err, Error::Locked { .. }), "still held: {err:?}");
+    guard.release().unwrap();
+
+    // 2. A holder that spawns a long-running program and then dies: the program did not
+    // inherit the beacon, so the lock is proven dead at once.
+    let pidfile = tmp.path().join("sleeper.pid");
+    let code = in_fork(|| {
+        let g = locks.named_lock("e.lock").acquire().unwrap();
+        #[allow(clippy::zombie_processes)] // reaped by init once this child exits
+        let sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        std::fs::write(&pidfile, sleeper.id().to_string()).unwrap();
+        std::mem::forget(g); // die holding it
+        0
+    });
+    assert_eq!(code, 0);
+    let sleeper: i32 = std::fs::read_to_string(&pidfile).unwrap().parse().unwrap();
+    let result = locks.named_lock("e.lock").acquire();
+    // SAFETY: kills and reaps nothing but the sleeper the child started (it was reparented,
+    // so only the signal is ours to send).
+    unsafe { libc::kill(sleeper, libc::SIGKILL) };
+    let g = result.expect("the exec'd program must not keep the lock alive");
+    assert!(g.reclaimed_from().is_some());
+    g.release().unwrap();
+}
+
+/// The forked child's view of the parent's guard: a bitwise copy, as fork made of the whole
+/// address space. Only ever called in a forked child, where the parent's value is never used.
+fn unsafe_take(guard: &dirlock::LockGuard) -> dirlock::LockGuard {
+    // SAFETY: in the forked child the parent's `guard` is never touched again (the child ends
+    // with _exit), so moving a bitwise copy out of it duplicates nothing that is still used.
+    unsafe { std::ptr::read(guard) }
+}

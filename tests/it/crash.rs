@@ -1,0 +1,62 @@
+//! Holders in other processes: a SIGKILLed holder's lock is reclaimed at once through its
+//! beacon, and the new guard says whose lock it took over.
+
+use crate::common::*;
+use dirlock::{Error, Liveness};
+
+#[test]
+fn a_killed_holder_is_reclaimed_at_once() {
+    let fx = Fixture::new();
+    let repo = fx.repo();
+    let holder = Holder::start(
+        fx.dir(),
+        &["--repository", repo.to_str().unwrap(), "--purpose", "sync"],
+    );
+    // While it lives, it is live by its beacon.
+    let err = fx.locks.repository_lock(&repo).acquire().unwrap_err();
+    match &err {
+        Error::Locked {
+            owner, judgement, ..
+        } => {
+            assert_eq!(owner.pid, holder.pid());
+            assert_eq!(judgement.liveness, Liveness::Live);
+            assert!(judgement.reason.contains("beacon"), "{judgement}");
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    let pid = holder.kill();
+    // Killed: the kernel dropped its flock, so there is no grace period to wait out.
+    let g = fx.locks.repository_lock(&repo).acquire().unwrap();
+    let prev = g
+        .reclaimed_from()
+        .expect("the guard says whose lock it took over");
+    assert_eq!(prev.pid, pid);
+    assert_eq!(prev.purpose.as_deref(), Some("sync"));
+    g.release().unwrap();
+    assert_eq!(
+        fx.entries(),
+        Vec::<String>::new(),
+        "reclaim leaves nothing behind"
+    );
+}
+
+#[test]
+fn a_released_lock_is_not_reported_as_reclaimed() {
+    let fx = Fixture::new();
+    let holder = Holder::start(fx.dir(), &["--lock", "x.lock"]);
+    holder.release();
+    let g = fx.locks.named_lock("x.lock").acquire().unwrap();
+    assert!(g.reclaimed_from().is_none());
+}
+
+#[test]
+fn holders_in_other_processes_are_excluded() {
+    let fx = Fixture::new();
+    let a = Holder::start(fx.dir(), &["--lock", "x.lock"]);
+    let err = Holder::try_start(fx.dir(), &["--lock", "x.lock"])
+        .err()
+        .expect("second holder refused");
+    assert!(err.contains("is held by pid"), "{err}");
+    a.release();
+    Holder::start(fx.dir(), &["--lock", "x.lock"]).release();
+}

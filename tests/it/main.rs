@@ -1,0 +1,11 @@
+//! Integration tests: one binary, one module per concern.
+#![allow(clippy::disallowed_methods)] // tests build and tear down fixtures with std::fs
+
+mod common;
+mod contention;
+mod crash;
+mod names;
+mod reclaim;
+mod release;
+mod safety;
+mod waiting;

@@ -1,0 +1,83 @@
+//! Lock names: golden values from the reference implementation's formula
+//! (`sha256("repository\0" + realpath)` in Node.js), and the per-user layout.
+
+use crate::common::*;
+use dirlock::paths::{global_setup_lock_name, repository_lock_name};
+use std::path::Path;
+use std::process::Command;
+
+/// Computed with Node.js from the reference implementation's expressions.
+const GOLDEN: &[(&str, &str, &str)] = &[
+    (
+        "/srv/repo",
+        "repository-ac95e04a97dd381f7eedfec47b3ffe40576873f192e804a35f3c1ecff372934c.lock",
+        "global-setup-56fbd4488a935d52a1dee088db7a6a8cecda8501e8d507d93abfd4bb83497d71.lock",
+    ),
+    (
+        "/home/user",
+        "repository-6e732dae97385ed05cdf5a5c417b66dc6bc5ee1a6754121a24e09a985022abaf.lock",
+        "global-setup-fcdd7819a6028a89a4c65df3cc6bc7510f7380781d5ee9377e4d970507bccc10.lock",
+    ),
+    (
+        "/tmp/with space/ünïcode",
+        "repository-5b46cc8447f2f4e00ab082d80454ce7a64c6cdab325063d9a5567641a98f6793.lock",
+        "global-setup-003ae0b3ca7c5eb72f0ac6e9718eee6b284ee342872b8c4b76ea834a022e5b85.lock",
+    ),
+    (
+        "/",
+        "repository-43f19dcaee1f32a1fc1ebd5dec8b85e7f56e6325ce9943bd7db39f6d0381d45b.lock",
+        "global-setup-bcddecc93f411b77079d5b160a1d59238b277a05150e342299b0fdc9f55fe7cc.lock",
+    ),
+];
+
+#[test]
+fn names_match_the_reference_formula() {
+    for (path, repo, setup) in GOLDEN {
+        assert_eq!(repository_lock_name(Path::new(path)), *repo, "{path}");
+        assert_eq!(global_setup_lock_name(Path::new(path)), *setup, "{path}");
+    }
+}
+
+#[test]
+fn the_app_namespace_is_the_reference_layout_and_uses_the_real_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::os::unix::fs::symlink(&repo, tmp.path().join("alias")).unwrap();
+    let temp = tmp.path().join("t");
+    std::fs::create_dir(&temp).unwrap();
+    let run = |root: &Path| {
+        let out = Command::new(BIN)
+            .args(["path", "--app", "apnea", "--repository"])
+            .arg(root)
+            .env("TMPDIR", format!("{}/", temp.display())) // Node strips the slash
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+    };
+    let real = std::fs::canonicalize(&repo).unwrap();
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap();
+    let want = format!(
+        "{}/apnea-{uid}/operation-locks/{}",
+        temp.display(),
+        repository_lock_name(&real)
+    );
+    assert_eq!(run(&repo), want);
+    assert_eq!(
+        run(&tmp.path().join("alias")),
+        want,
+        "symlinked roots share the lock"
+    );
+    assert_eq!(mode(&temp.join(format!("apnea-{uid}"))), 0o700);
+    assert_eq!(
+        mode(&temp.join(format!("apnea-{uid}/operation-locks"))),
+        0o700
+    );
+}

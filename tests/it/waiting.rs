@@ -1,0 +1,105 @@
+//! Waiting: woken by the holder's release or death, bounded by timeouts, cancellable, and
+//! never leaving a candidate behind.
+
+use crate::common::*;
+use dirlock::{Cancel, Error, Wait};
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_waiter_gets_the_lock_when_the_holder_releases() {
+    let fx = Fixture::new();
+    let holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| fx.locks.named_lock("w.lock").wait(Wait::Forever).acquire());
+        // Let the waiter block, then release.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished(), "the waiter waits");
+        holder.release();
+        let g = waiter.join().unwrap().unwrap();
+        assert!(g.reclaimed_from().is_none());
+    });
+}
+
+#[test]
+fn a_waiter_takes_over_when_the_holder_is_killed() {
+    let fx = Fixture::new();
+    let holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
+    let pid = holder.pid();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| fx.locks.named_lock("w.lock").wait(Wait::Forever).acquire());
+        std::thread::sleep(Duration::from_millis(100));
+        holder.kill();
+        let g = waiter.join().unwrap().unwrap();
+        assert_eq!(g.reclaimed_from().unwrap().pid, pid);
+    });
+}
+
+#[test]
+fn a_timed_out_wait_leaves_nothing_behind() {
+    let fx = Fixture::new();
+    let _holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
+    let start = Instant::now();
+    let err = fx
+        .locks
+        .named_lock("w.lock")
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(err.is_contended());
+    assert_eq!(fx.entries(), vec!["w.lock".to_owned()], "no candidate left");
+}
+
+#[test]
+fn a_cancelled_wait_leaves_nothing_behind() {
+    let fx = Fixture::new();
+    let _holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
+    let cancel = Cancel::new().unwrap();
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            fx.locks
+                .named_lock("w.lock")
+                .wait(Wait::Forever)
+                .cancel(&cancel)
+                .acquire()
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        cancel.cancel();
+        let err = waiter.join().unwrap().unwrap_err();
+        assert!(matches!(err, Error::Cancelled { .. }), "{err:?}");
+    });
+    assert_eq!(fx.entries(), vec!["w.lock".to_owned()]);
+}
+
+#[test]
+fn a_dead_owner_inside_the_grace_period_is_waited_out() {
+    let fx = Fixture::new();
+    let rec = format!(r#"{{"pid":{},"token":"t-1"}}"#, dead_pid());
+    plant(fx.dir(), "w.lock", &rec, Duration::ZERO);
+    let g = fx
+        .locks
+        .named_lock("w.lock")
+        .grace(Duration::from_millis(400))
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .unwrap();
+    assert_eq!(g.reclaimed_from().unwrap().token, "t-1");
+}
+
+#[test]
+fn the_global_setup_lock_waits_by_default() {
+    let fx = Fixture::new();
+    let home = fx.tmp.path().to_str().unwrap().to_owned();
+    let holder = Holder::start(fx.dir(), &["--global-setup", &home]);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            fx.locks
+                .with_global_setup_lock(&home, || Ok::<_, Error>("installed"))
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiter.is_finished());
+        holder.release();
+        assert_eq!(waiter.join().unwrap().unwrap(), "installed");
+    });
+}

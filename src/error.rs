@@ -71,7 +71,7 @@ pub enum Error {
         remaining: Option<Duration>,
     },
     /// The lock's owner record cannot be trusted; it is never removed automatically.
-    #[error("{} has a malformed owner record: {problem}; nothing removes it automatically: check that no process uses it, then run `dirlock unlock --force` or remove {} by hand",
+    #[error("{} has a malformed owner record: {problem}; nothing removes it automatically: check that no process uses it, then remove {} by hand",
         subject(lock, resource), lock.display())]
     Malformed {
         /// The lock directory.
@@ -205,7 +205,7 @@ impl From<Error> for io::Error {
 }
 
 fn subject(lock: &std::path::Path, resource: &str) -> String {
-    format!("the {resource} lock {}", lock.display())
+    format!("the lock {} for {resource}", lock.display())
 }
 
 fn held(
@@ -224,9 +224,9 @@ fn held(
     );
     s.push_str(match judgement.liveness {
         crate::Liveness::Unknown => {
-            "it is never reclaimed automatically: check the holder, then run `dirlock unlock` where it ran"
+            "it is never reclaimed automatically: check the holder where it ran, and remove the lock by hand once it is gone"
         }
-        _ => "retry when it finishes, or wait for it (Wait::Forever, `dirlock run --wait`)",
+        _ => "retry when it finishes, or wait for it (Wait::Forever or Wait::Timeout)",
     });
     s
 }

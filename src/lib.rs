@@ -87,7 +87,7 @@
 //! - On network filesystems, `flock` may be unavailable or local to one client; owners there
 //!   are judged by pid, and records from another host are never reclaimed automatically.
 //! - A lock whose `owner.json` is malformed is never removed automatically: an operator
-//!   decides (`dirlock unlock --force`, or by hand).
+//!   decides and removes it by hand.
 //! - A process that is SIGKILLed can leave a candidate or tombstone behind; they are harmless
 //!   and a sweep removes them.
 

@@ -208,7 +208,7 @@ fn malformed_locks_are_reported_and_never_removed() {
         assert!(matches!(err, Error::Malformed { .. }), "{err:?}");
         let msg = err.to_string();
         assert!(
-            msg.contains(why) && msg.contains("dirlock unlock --force"),
+            msg.contains(why) && msg.contains("remove") && msg.contains("by hand"),
             "{msg}"
         );
         assert!(lock.join("owner.json").exists(), "malformed lock removed");

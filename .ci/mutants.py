@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Deliberate breaks: apply each mutant, run the test that must catch it, restore the file.
+
+Usage: python3 .ci/mutants.py [NAME...]   (run from the repository root)
+Every mutant must make its test fail (or hang past the timeout); a mutant that passes means
+the test has no teeth for it, and the script exits 1.
+"""
+import subprocess, sys
+
+MUTANTS = [
+    ("publish-treats-EEXIST-as-won", "src/protocol.rs",
+     "Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Contended),",
+     "Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Won),",
+     "it", "contention::threads_exclude_each_other"),
+    ("beacon-ignored", "src/liveness.rs",
+     "if owner.has_beacon() {", "if false && owner.has_beacon() {",
+     "it", "crash::a_killed_holder_is_reclaimed_at_once"),
+    ("grace-skipped", "src/protocol.rs",
+     "if !proven && age < options.grace {", "if false && !proven && age < options.grace {",
+     "it", "reclaim::a_dead_reference_owner_waits_out_the_grace_period"),
+    ("live-pid-judged-dead", "src/liveness.rs",
+     "        Some(true) => {}\n        None => return Judgement::new(Live, format!(\"cannot tell",
+     "        Some(true) => return Judgement::new(DeadByEvidence, \"mutant\"),\n        None => return Judgement::new(Live, format!(\"cannot tell",
+     "it", "reclaim::live_owners_are_never_reclaimed_however_old"),
+    ("release-skips-identity-check", "src/protocol.rs",
+     "Ok(m) if m.id == held.id => {}\n        Ok(_) => {\n            return Err(lost(",
+     "Ok(_) => {}\n        #[allow(unreachable_patterns)]\n        Ok(_) => {\n            return Err(lost(",
+     "it", "release::a_stolen_lock_is_reported_and_the_new_owner_spared"),
+    ("umask-not-corrected", "src/locks.rs",
+     "        sys.set_mode(&dir, 0o700)\n", "        Ok::<(), std::io::Error>(())\n",
+     "it", "safety::modes_are_exact_whatever_the_umask"),
+    ("symlinks-followed", "src/sys/unix.rs",
+     "libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,",
+     "libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,",
+     "it", "safety::a_symlinked_lock_directory_is_refused"),
+    ("forked-child-releases", "src/protocol.rs",
+     "if sp.sys.pid() != acquirer {", "if false && sp.sys.pid() != acquirer {",
+     "fork", "forked_children_and_execd_programs_do_not_own_the_lock"),
+    ("beacon-inherited-across-exec", "src/sys/unix.rs",
+     "libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,",
+     "libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,",
+     "fork", "forked_children_and_execd_programs_do_not_own_the_lock"),
+    ("host-rule-dropped", "src/liveness.rs",
+     "if me.host.as_deref() != Some(host.as_str()) {", "if false && me.host.as_deref() != Some(host.as_str()) {",
+     "it", "reclaim::other_hosts_and_namespaces_are_unknown_and_never_reclaimed"),
+    ("start-time-rule-dropped", "src/liveness.rs",
+     "Some(now) if now != recorded =>", "Some(now) if false && now != recorded =>",
+     "it", "reclaim::a_reused_pid_is_dead_by_evidence"),
+    ("foreign-guard-reused-at-once", "src/reclaim.rs",
+     "if age < grace {\n                return Ok(Reclaim::Busy {", "if false && age < grace {\n                return Ok(Reclaim::Busy {",
+     "it", "reclaim::a_fresh_foreign_guard_is_respected_and_an_old_one_reused"),
+    ("marked-guard-not-trusted", "src/reclaim.rs",
+     "let marked = flocked && sp.sys.meta_at(&guard, GUARD_MARKER).is_ok();", "let marked = false && flocked;",
+     "it", "reclaim::our_own_crashed_guard_is_reused_at_once"),
+    ("self-deadlock-not-refused", "src/guard.rs",
+     "if r.dir == dir && r.name == name && r.thread == me {", "if false && r.dir == dir && r.name == name && r.thread == me {",
+     "it", "contention::the_same_thread_is_refused_at_once"),
+    ("cancel-ignored", "src/protocol.rs",
+     "    let cancel = req.options.cancel.as_ref().map(|c| &*c.0);\n    let watch",
+     "    let cancel: Option<&crate::sys::CancelHandle> = None;\n    let watch",
+     "it", "waiting::a_cancelled_wait_leaves_nothing_behind"),
+    ("candidate-left-on-timeout", "src/protocol.rs",
+     "            drop(c.dir);\n            remove_tree(sp.sys, sp.dir, &c.name);",
+     "            drop(c.dir);",
+     "it", "waiting::a_timed_out_wait_leaves_nothing_behind"),
+    ("malformed-lock-replaced", "src/protocol.rs",
+     "Ok(now) if now.id == meta.id => Ok(Seen::Malformed(problem.unwrap_or_default())),",
+     "Ok(now) if now.id == meta.id => { let _ = remove_tree(self.sys, self.dir, name); Ok(Seen::Gone) }",
+     "it", "reclaim::malformed_locks_are_reported_and_never_removed"),
+    ("lock-order-not-enforced", "src/guard.rs",
+     "if family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {",
+     "if false && family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {",
+     "it", "contention::setup_after_repository_is_refused"),
+]
+
+def main():
+    only = set(sys.argv[1:])
+    survived = []
+    for name, path, old, new, binary, test in MUTANTS:
+        if only and name not in only:
+            continue
+        src = open(path).read()
+        if src.count(old) != 1:
+            print(f"{name}: pattern not found exactly once in {path}"); survived.append(name); continue
+        open(path, "w").write(src.replace(old, new))
+        try:
+            r = subprocess.run(["timeout", "120", "cargo", "test", "-q", "--test", binary, "--", "--exact", test],
+                               capture_output=True, text=True)
+            caught = r.returncode != 0
+            how = "hung (timeout)" if r.returncode == 124 else ("failed" if caught else "PASSED")
+            if "error[E" in r.stderr:
+                how = "did not compile"; caught = False
+            print(f"{name:34} -> {test}: {how}")
+            if not caught:
+                survived.append(name)
+        finally:
+            open(path, "w").write(src)
+    if survived:
+        print("survived:", ", ".join(survived)); sys.exit(1)
+    print("every mutant was caught")
+
+main()

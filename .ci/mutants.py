@@ -71,6 +71,9 @@ MUTANTS = [
      "if family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {",
      "if false && family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {",
      "it", "contention::setup_after_repository_is_refused"),
+    ("unknown-owner-beacon-reprobed", "src/protocol.rs",
+     "let by_beacon = live && owner.has_beacon();", "let by_beacon = owner.has_beacon();",
+     "it", "waiting::an_unknown_owner_is_waited_for_without_spinning"),
 ]
 
 def main():

@@ -464,19 +464,14 @@ fn contend<S: System>(
                     }
                     return Err(timeout(last_owner));
                 }
-                // A pidfd helps only for a live owner judged by its pid (a reference lock).
-                let by_pid = judgement.liveness == Liveness::Live && !owner.has_beacon();
-                let pid = by_pid.then_some(owner.pid);
-                wait_for_change(
-                    sp,
-                    req,
-                    &dir,
-                    meta.id,
-                    owner.has_beacon(),
-                    pid,
-                    None,
-                    left(now),
-                )?;
+                // Re-check between wake-ups only the fact the judgement rests on: the beacon
+                // of a live beacon holder, the pid (with a pidfd) of a live pid-judged one. An
+                // unknown owner (another host or namespace) is waited for by inotify alone:
+                // its beacon and pid mean nothing here, and re-probing them would spin.
+                let live = judgement.liveness == Liveness::Live;
+                let by_beacon = live && owner.has_beacon();
+                let pid = (live && !owner.has_beacon()).then_some(owner.pid);
+                wait_for_change(sp, req, &dir, meta.id, by_beacon, pid, None, left(now))?;
             }
             Liveness::DeadByProof | Liveness::DeadByEvidence => {
                 let age = sp

@@ -202,11 +202,73 @@ fn read_identity() -> Identity {
     }
 }
 
-/// Where the process's inotify + pidfd registrations live while a waiter sleeps.
+/// A waiter's registrations: a watch in this thread's inotify instance and, for a pid-judged
+/// holder, a pidfd. Dropping it removes the watch (cheap) and drains the queue.
 #[derive(Debug)]
 pub struct Watch {
-    inotify: Option<OwnedFd>,
+    /// `(inotify fd, watch descriptor)`; the fd belongs to the thread-local instance.
+    inotify: Option<(RawFd, libc::c_int)>,
     pidfd: Option<OwnedFd>,
+    /// The inotify fd is this thread's: a `Watch` must not cross threads.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+#[cfg(target_os = "linux")]
+thread_local! {
+    /// This thread's inotify instance and the pid that made it. Closing an inotify instance
+    /// waits for an SRCU grace period in the kernel (about 10 ms), far more than a handoff
+    /// should cost, so each thread keeps one for its whole life and adds and removes watches.
+    /// After a fork the child makes its own: a shared instance would share one event queue.
+    static INOTIFY: std::cell::RefCell<Option<(u32, OwnedFd)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// This thread's inotify instance, made on first use.
+#[cfg(target_os = "linux")]
+fn thread_inotify() -> Option<RawFd> {
+    INOTIFY.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        let pid = getpid();
+        if let Some((owner, fd)) = &*slot {
+            if *owner == pid {
+                return Some(fd.as_raw_fd());
+            }
+        }
+        // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
+        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if fd < 0 {
+            return None;
+        }
+        let fd = owned(fd);
+        let raw = fd.as_raw_fd();
+        // A forked parent's instance is dropped here: only this process's reference goes.
+        *slot = Some((pid, fd));
+        Some(raw)
+    })
+}
+
+/// Reads and discards every queued inotify event.
+#[cfg(target_os = "linux")]
+fn drain(fd: RawFd) {
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reads into a local buffer of the given length from a non-blocking inotify fd.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            return;
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Some((fd, wd)) = self.inotify {
+            // SAFETY: `fd` is this thread's inotify instance (alive for the thread's life) and
+            // `wd` a watch added to it; removing a watch already gone just fails.
+            unsafe { libc::inotify_rm_watch(fd, wd) };
+            drain(fd);
+        }
+    }
 }
 
 /// A cancellation signal shared between a waiter and whoever may cancel it (an `eventfd` on
@@ -579,30 +641,22 @@ impl System for Real {
 
     #[cfg(target_os = "linux")]
     fn watch(&self, lock: &OwnedFd, pid: Option<u32>) -> io::Result<Option<Watch>> {
-        // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
-        let inotify =
-            match check(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) }) {
-                Ok(fd) => Some(owned(fd)),
-                // Out of inotify instances: the pidfd (or backoff) still serves.
-                Err(_) => None,
-            };
-        if let Some(ifd) = &inotify {
-            // Watching /proc/self/fd/N follows the magic link to the very inode we judged,
-            // whatever its name is now. The final close of the holder's beacon (its release or
-            // its death: the moment the kernel drops its flock) raises IN_CLOSE_NOWRITE; a
-            // release first moves the directory (IN_MOVE_SELF).
-            let path = CString::new(format!("/proc/self/fd/{}", lock.as_raw_fd()))
-                .expect("no NUL in a formatted path");
+        // Watching /proc/self/fd/N follows the magic link to the very inode we judged,
+        // whatever its name is now. The final close of the holder's beacon (its release or its
+        // death: the moment the kernel drops its flock) raises IN_CLOSE_NOWRITE; a release
+        // first moves the directory (IN_MOVE_SELF).
+        let inotify = thread_inotify().and_then(|ifd| {
+            drain(ifd);
+            let path = CString::new(format!("/proc/self/fd/{}", lock.as_raw_fd())).ok()?;
             let mask = libc::IN_CLOSE_NOWRITE
                 | libc::IN_CLOSE_WRITE
                 | libc::IN_MOVE_SELF
                 | libc::IN_DELETE_SELF
                 | libc::IN_ATTRIB;
             // SAFETY: `ifd` is an inotify instance and `path` is NUL-terminated.
-            if unsafe { libc::inotify_add_watch(ifd.as_raw_fd(), path.as_ptr(), mask) } < 0 {
-                return Ok(None);
-            }
-        }
+            let wd = unsafe { libc::inotify_add_watch(ifd, path.as_ptr(), mask) };
+            (wd >= 0).then_some((ifd, wd))
+        });
         let pidfd = pid.and_then(|pid| {
             // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
             let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
@@ -611,7 +665,11 @@ impl System for Real {
         if inotify.is_none() && pidfd.is_none() {
             return Ok(None);
         }
-        Ok(Some(Watch { inotify, pidfd }))
+        Ok(Some(Watch {
+            inotify,
+            pidfd,
+            _not_send: std::marker::PhantomData,
+        }))
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -632,11 +690,7 @@ impl System for Real {
         let cancel_fd = cancel.map(|c| c.read.as_raw_fd());
         for fd in cancel_fd
             .into_iter()
-            .chain(
-                watch
-                    .and_then(|w| w.inotify.as_ref())
-                    .map(|f| f.as_raw_fd()),
-            )
+            .chain(watch.and_then(|w| w.inotify).map(|(fd, _)| fd))
             .chain(watch.and_then(|w| w.pidfd.as_ref()).map(|f| f.as_raw_fd()))
         {
             fds.push(libc::pollfd {
@@ -662,6 +716,10 @@ impl System for Real {
             }
             if cancel_fd.is_some() && fds[0].revents != 0 {
                 return Ok(Wake::Cancelled);
+            }
+            #[cfg(target_os = "linux")]
+            if let Some((fd, _)) = watch.and_then(|w| w.inotify) {
+                drain(fd); // consumed: the next sleep waits for new events
             }
             return Ok(Wake::Changed);
         }

@@ -103,3 +103,34 @@ fn the_global_setup_lock_waits_by_default() {
         assert_eq!(waiter.join().unwrap().unwrap(), "installed");
     });
 }
+
+/// CPU ticks (user + system) this thread has used.
+fn thread_cpu_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap() // fields 14 and 15
+}
+
+#[test]
+fn an_unknown_owner_is_waited_for_without_spinning() {
+    let fx = Fixture::new();
+    // A lock from another host whose record claims a beacon: its flock (free here) means
+    // nothing, so the waiter must sleep, not re-probe it in a loop.
+    let rec = format!(
+        r#"{{"pid":{},"token":"t","host":"elsewhere.example","beacon":true}}"#,
+        dead_pid()
+    );
+    plant(fx.dir(), "u.lock", &rec, Duration::ZERO);
+    let before = thread_cpu_ticks();
+    let err = fx
+        .locks
+        .named_lock("u.lock")
+        .wait(Duration::from_millis(400))
+        .acquire()
+        .unwrap_err();
+    let used = thread_cpu_ticks() - before;
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    // A busy loop burns ~40 ticks (at 100 Hz) in 400 ms; a sleeping waiter about none.
+    assert!(used < 10, "the waiter used {used} CPU ticks while waiting");
+}

@@ -74,6 +74,9 @@ MUTANTS = [
     ("unknown-owner-beacon-reprobed", "src/protocol.rs",
      "let by_beacon = live && owner.has_beacon();", "let by_beacon = owner.has_beacon();",
      "it", "waiting::an_unknown_owner_is_waited_for_without_spinning"),
+    ("no-plain-rename-fallback", "src/sys/unix.rs",
+     "Some(libc::EINVAL) | Some(libc::ENOSYS) => {", "Some(libc::ENOSYS) => {",
+     "it", "crash::publish_falls_back_to_plain_rename_where_renameat2_is_refused"),
 ]
 
 def main():

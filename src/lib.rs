@@ -100,7 +100,7 @@ mod owner;
 pub mod paths;
 mod protocol;
 mod reclaim;
-pub mod sys;
+mod sys;
 
 pub use error::Error;
 pub use guard::LockGuard;

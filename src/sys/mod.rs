@@ -121,8 +121,6 @@ pub trait System {
     fn meta_at(&self, at: &Self::Dir, name: &str) -> io::Result<Meta>;
     /// `fchmod` of an open directory.
     fn set_mode(&self, dir: &Self::Dir, mode: u32) -> io::Result<()>;
-    /// Sets an open directory's mtime to now.
-    fn touch(&self, dir: &Self::Dir) -> io::Result<()>;
     /// Creates file `name` in `at` with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode exactly 0600,
     /// writes `contents` and, if `sync`, fsyncs it.
     fn create_file_at(

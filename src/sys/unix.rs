@@ -433,12 +433,6 @@ impl System for Real {
         Ok(())
     }
 
-    fn touch(&self, dir: &OwnedFd) -> io::Result<()> {
-        // SAFETY: a null `times` pointer sets both timestamps to now; `dir` is open.
-        check(unsafe { libc::futimens(dir.as_raw_fd(), std::ptr::null()) })?;
-        Ok(())
-    }
-
     fn create_file_at(
         &self,
         at: &OwnedFd,

@@ -99,11 +99,25 @@ impl Holder {
     }
 
     pub fn try_start(dir: &Path, args: &[&str]) -> Result<Holder, String> {
+        Holder::try_start_under(&[], dir, args)
+    }
+
+    /// As [`Holder::try_start`], with the binary run under `wrapper` (e.g. strace with a fault
+    /// injected).
+    pub fn try_start_under(wrapper: &[&str], dir: &Path, args: &[&str]) -> Result<Holder, String> {
         let until = dir
             .parent()
             .unwrap()
             .join(format!("release-{}", uuid_like()));
-        let mut child = Command::new(BIN)
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(BIN);
+                c
+            }
+            None => Command::new(BIN),
+        };
+        let mut child = cmd
             .arg("hold")
             .arg("--dir")
             .arg(dir)

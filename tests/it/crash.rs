@@ -60,3 +60,39 @@ fn holders_in_other_processes_are_excluded() {
     a.release();
     Holder::start(fx.dir(), &["--lock", "x.lock"]).release();
 }
+
+#[test]
+fn publish_falls_back_to_plain_rename_where_renameat2_is_refused() {
+    let fx = Fixture::new();
+    let trace = fx.tmp.path().join("strace.out");
+    let trace_s = trace.to_str().unwrap();
+    // Every renameat2 fails with EINVAL, as on filesystems without RENAME_NOREPLACE.
+    let strace = [
+        "strace",
+        "-f",
+        "-o",
+        trace_s,
+        "-e",
+        "trace=renameat,renameat2",
+        "-e",
+        "inject=renameat2:error=EINVAL",
+    ];
+    let a = Holder::try_start_under(&strace, fx.dir(), &["--lock", "x.lock"]).unwrap();
+    let log = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        log.contains("RENAME_NOREPLACE) = -1 EINVAL") && log.contains("renameat("),
+        "fallback not taken:\n{log}"
+    );
+    let record = std::fs::read_to_string(fx.dir().join("x.lock/owner.json")).unwrap();
+    // A second fallback publisher cannot replace the (non-empty) lock.
+    let b = Holder::try_start_under(&strace, fx.dir(), &["--lock", "x.lock"]);
+    let err = b.err().expect("the second publisher is refused");
+    assert!(err.contains("is held by pid"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(fx.dir().join("x.lock/owner.json")).unwrap(),
+        record
+    );
+    // Release through the fallback too, leaving nothing behind.
+    a.release();
+    assert_eq!(fx.entries(), Vec::<String>::new());
+}

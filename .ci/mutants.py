@@ -90,7 +90,7 @@ def main():
             print(f"{name}: pattern not found exactly once in {path}"); survived.append(name); continue
         open(path, "w").write(src.replace(old, new))
         try:
-            r = subprocess.run(["timeout", "120", "cargo", "test", "-q", "--test", binary, "--", "--exact", test],
+            r = subprocess.run(["timeout", "30", "cargo", "test", "-q", "--test", binary, "--", "--exact", test],
                                capture_output=True, text=True)
             caught = r.returncode != 0
             how = "hung (timeout)" if r.returncode == 124 else ("failed" if caught else "PASSED")

@@ -71,7 +71,7 @@ pub enum Error {
         remaining: Option<Duration>,
     },
     /// The lock's owner record cannot be trusted; it is never removed automatically.
-    #[error("{} has a malformed owner record: {problem}; nothing removes it automatically: check that no process uses it, then remove {} by hand",
+    #[error("{} has a malformed owner record: {problem}; nothing removes it automatically: check that no process uses it, then run `dirlock unlock --force` (it refuses while a process holds the lock) or remove {} by hand",
         subject(lock, resource), lock.display())]
     Malformed {
         /// The lock directory.
@@ -91,6 +91,17 @@ pub enum Error {
         lock: PathBuf,
         /// What the lock protects.
         resource: String,
+    },
+    /// The lock is held by the `dirlock run` (or other process) this process runs under:
+    /// waiting for it would wait for ourselves.
+    #[error("{} is held by this process's parent, pid {pid} (it runs this command under the lock): the work is already serialized, so do it without taking the lock again", subject(lock, resource))]
+    HeldByParent {
+        /// The lock directory.
+        lock: PathBuf,
+        /// What the lock protects.
+        resource: String,
+        /// The holder named by the `DIRLOCK_HELD` environment variable.
+        pid: u32,
     },
     /// Taking this lock now would break the lock order (global setup first, then repository).
     #[error("cannot take {} while this thread holds the repository lock {}: take the global setup lock first (Locks::with_setup_locks does)",
@@ -156,8 +167,8 @@ pub enum Error {
 }
 
 impl Error {
-    /// Whether the error means "someone else has the lock" (held, stale, being reclaimed, or
-    /// the wait ran out) rather than a failure.
+    /// Whether the error means "someone else has the lock" (held, stale, being reclaimed, held
+    /// by our parent, or the wait ran out) rather than a failure.
     pub fn is_contended(&self) -> bool {
         matches!(
             self,
@@ -165,6 +176,7 @@ impl Error {
                 | Error::Stale { .. }
                 | Error::Guarded { .. }
                 | Error::Timeout { .. }
+                | Error::HeldByParent { .. }
         )
     }
 
@@ -191,9 +203,10 @@ impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
         let kind = match &e {
             Error::Io { source, .. } => source.kind(),
-            Error::Locked { .. } | Error::Stale { .. } | Error::Guarded { .. } => {
-                io::ErrorKind::WouldBlock
-            }
+            Error::Locked { .. }
+            | Error::Stale { .. }
+            | Error::Guarded { .. }
+            | Error::HeldByParent { .. } => io::ErrorKind::WouldBlock,
             Error::Timeout { .. } => io::ErrorKind::TimedOut,
             Error::Unsafe { .. } => io::ErrorKind::PermissionDenied,
             Error::InvalidInput { .. } => io::ErrorKind::InvalidInput,
@@ -224,9 +237,9 @@ fn held(
     );
     s.push_str(match judgement.liveness {
         crate::Liveness::Unknown => {
-            "it is never reclaimed automatically: check the holder where it ran, and remove the lock by hand once it is gone"
+            "it is never reclaimed automatically: check the holder where it ran, and once it is gone remove the lock by hand"
         }
-        _ => "retry when it finishes, or wait for it (Wait::Forever or Wait::Timeout)",
+        _ => "retry when it finishes, or wait for it (Wait::Forever, `dirlock run --wait`)",
     });
     s
 }

@@ -151,6 +151,25 @@ impl LockGuard {
         self.held().reclaimed_from.as_ref()
     }
 
+    /// Lets the child that `cmd` spawns keep this lock alive: it inherits the beacon
+    /// descriptor across `exec`, so if this process dies (even by `SIGKILL`) while the child
+    /// runs, the lock stays live until the child exits too; then the kernel proves the owner
+    /// gone and the next contender reclaims it at once. The child also finds the lock named in
+    /// `DIRLOCK_HELD`, so that a nested acquisition of the same lock is refused
+    /// ([`Error::HeldByParent`]) instead of waiting for its own parent.
+    ///
+    /// The guard stays this process's: release it after the child has exited.
+    pub fn keep_alive_in(&self, cmd: &mut std::process::Command) {
+        use std::os::fd::AsRawFd;
+        crate::sys::keep_open_in_child(cmd, self.held().beacon.as_raw_fd());
+        let mut held = std::env::var(crate::locks::HELD_VAR).unwrap_or_default();
+        if !held.is_empty() && !held.ends_with('\n') {
+            held.push('\n');
+        }
+        held.push_str(&format!("{} {}\n", self.acquirer, self.path.display()));
+        cmd.env(crate::locks::HELD_VAR, held);
+    }
+
     /// Releases the lock: checks that it is still ours, retires it to a tombstone, wakes
     /// waiters, and removes the tombstone.
     ///

@@ -93,6 +93,7 @@
 
 mod error;
 mod guard;
+mod inspect;
 mod liveness;
 mod locks;
 mod options;
@@ -104,7 +105,15 @@ mod sys;
 
 pub use error::Error;
 pub use guard::LockGuard;
+pub use inspect::{GuardState, Leftover, State, Status};
 pub use liveness::{Judgement, Liveness};
-pub use locks::{LockRequest, Locks};
-pub use options::{Cancel, Wait, DEFAULT_GRACE};
+pub use locks::{LockRequest, Locks, HELD_VAR};
+pub use options::{Cancel, Wait, Waiting, DEFAULT_GRACE};
 pub use owner::Owner;
+pub use protocol::{Sweep, Unlocked};
+
+/// Process plumbing for the `dirlock` command (signal forwarding). Not a stable API.
+#[doc(hidden)]
+pub mod __cli {
+    pub use crate::sys::{block_forwarded_signals, forward_signals, unblock_forwarded_in_child};
+}

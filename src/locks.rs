@@ -2,14 +2,31 @@
 
 use crate::error::Error;
 use crate::guard::{check_order, Family, LockGuard};
+use crate::inspect::{self, Status};
+use crate::options::Waiting;
 use crate::options::{Cancel, Options, Wait};
 use crate::paths::{self, LOCK_DIR};
-use crate::protocol::{self, Request, Space};
+use crate::protocol::{self, Request, Seen, Space, Sweep, Unlocked};
 use crate::sys::{is, Errno, FileId, Real, System};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The environment variable that names the locks a process runs under: lines of
+/// `<holder pid> <lock path>`, set by [`LockGuard::keep_alive_in`] (and so by `dirlock run`).
+pub const HELD_VAR: &str = "DIRLOCK_HELD";
+
+/// The holder pid that `DIRLOCK_HELD` names for `lock`, unless that is this process.
+fn held_by_parent(lock: &Path) -> Option<u32> {
+    let var = std::env::var_os(HELD_VAR)?;
+    let me = Real.pid();
+    var.to_str()?.lines().find_map(|line| {
+        let (pid, path) = line.split_once(' ')?;
+        let pid: u32 = pid.parse().ok()?;
+        (Path::new(path) == lock && pid != me).then_some(pid)
+    })
+}
 
 /// A lock directory: the place where a family of locks lives.
 ///
@@ -238,6 +255,47 @@ impl Locks {
         LockRequest::new(self, Target::Named(name.to_owned()), Wait::Immediately)
     }
 
+    /// The status of every lock with anything in this directory (lock, candidate, tombstone or
+    /// guard), judged with the default grace period.
+    ///
+    /// # Errors
+    ///
+    /// When the directory cannot be listed or an entry cannot be inspected.
+    pub fn statuses(&self) -> Result<Vec<Status>, Error> {
+        let (dir, _) = self.current()?;
+        let sp = self.space(&dir);
+        let entries = Real
+            .list(&dir)
+            .map_err(|e| Error::io("list the lock directory", &self.inner.path, e))?;
+        let me = Real.identity();
+        inspect::lock_names(&entries)
+            .iter()
+            .map(|name| inspect::status(&sp, name, &me, crate::DEFAULT_GRACE, &entries))
+            .collect()
+    }
+
+    /// Removes leftovers: every tombstone, and every candidate whose creator is dead (its
+    /// beacon free, and older than `grace`; a candidate is retired to a tombstone before it is
+    /// removed, so its creator's publish and the sweep cannot both win). Locks and reclaim
+    /// guards are never touched.
+    ///
+    /// # Errors
+    ///
+    /// When the directory cannot be listed.
+    pub fn sweep(&self, grace: Duration) -> Result<Sweep, Error> {
+        let (dir, _) = self.current()?;
+        protocol::sweep(&self.space(&dir), grace)
+    }
+
+    fn space<'a>(&'a self, dir: &'a OwnedFd) -> Space<'a, Real> {
+        Space {
+            sys: &Real,
+            dir,
+            path: &self.inner.path,
+            uid: self.inner.uid,
+        }
+    }
+
     /// Runs `f` holding the repository lock for `root` (failing fast if another process holds
     /// it), then releases it.
     ///
@@ -367,6 +425,13 @@ impl<'l> LockRequest<'l> {
         self
     }
 
+    /// Calls `f` once if the acquisition has to wait, with who holds the lock (for a message
+    /// such as "waiting for pid 42 (sync) since ...").
+    pub fn on_wait(mut self, f: impl Fn(&Waiting) + Send + Sync + 'static) -> Self {
+        self.options.on_wait = Some(Arc::new(f));
+        self
+    }
+
     /// A handle that cancels the wait from another thread.
     pub fn cancel(mut self, cancel: &Cancel) -> Self {
         self.options.cancel = Some(cancel.clone());
@@ -429,14 +494,21 @@ impl<'l> LockRequest<'l> {
         let lock_path = inner.path.join(&name);
         let (dir, dir_id) = self.locks.current()?;
         check_order(dir_id, &name, family, &lock_path, &resource)?;
-        let sys = Real;
-        let me = sys.identity();
-        let sp = Space {
-            sys: &sys,
-            dir: &*dir,
-            path: &inner.path,
-            uid: inner.uid,
-        };
+        let me = Real.identity();
+        let sp = self.locks.space(&dir);
+        if let Some(pid) = held_by_parent(&lock_path) {
+            // Our parent said it runs us under this lock: if it still holds it, waiting would
+            // wait for ourselves.
+            if let Seen::Owned { owner, .. } = sp.observe(&name)? {
+                if owner.pid == pid {
+                    return Err(Error::HeldByParent {
+                        lock: lock_path,
+                        resource,
+                        pid,
+                    });
+                }
+            }
+        }
         let req = Request {
             name: &name,
             resource: &resource,
@@ -452,6 +524,48 @@ impl<'l> LockRequest<'l> {
             resource,
             family,
         ))
+    }
+
+    /// The lock's state, owner, guard and leftovers, without changing anything.
+    ///
+    /// # Errors
+    ///
+    /// When the lock directory cannot be read, or the request cannot be resolved.
+    pub fn status(&self) -> Result<Status, Error> {
+        let (name, _, _) = self.resolve()?;
+        let (dir, _) = self.locks.current()?;
+        let entries = Real
+            .list(&dir)
+            .map_err(|e| Error::io("list the lock directory", self.locks.dir(), e))?;
+        inspect::status(
+            &self.locks.space(&dir),
+            &name,
+            &Real.identity(),
+            self.options.grace,
+            &entries,
+        )
+    }
+
+    /// Removes the lock if its owner is dead, by kernel proof or by evidence at any age (an
+    /// operator asked, so the grace period does not apply), through the reclaim guard. With
+    /// `force`, also removes a malformed lock, but only while no process holds a lock on it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Locked`] for a live or unknown owner (it is never removed);
+    /// [`Error::Malformed`] without `force`, or when its beacon is held; [`Error::Guarded`]
+    /// when another process is reclaiming; [`Error::Io`].
+    pub fn unlock(&self, force: bool) -> Result<Unlocked, Error> {
+        let (name, resource, _) = self.resolve()?;
+        let (dir, _) = self.locks.current()?;
+        protocol::unlock(
+            &self.locks.space(&dir),
+            &name,
+            &resource,
+            &Real.identity(),
+            self.options.grace,
+            force,
+        )
     }
 
     /// Takes the lock, runs `f`, and releases the lock (also when `f` panics).

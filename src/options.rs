@@ -64,14 +64,45 @@ impl Cancel {
     }
 }
 
-/// Knobs of one acquisition (the builder [`crate::LockRequest`] fills them in).
+/// What a waiting acquisition is waiting for (passed to [`crate::LockRequest::on_wait`]).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Waiting {
+    /// The lock's path.
+    pub lock: std::path::PathBuf,
+    /// Its holder.
+    pub owner: crate::Owner,
+    /// How the holder was judged.
+    pub judgement: crate::Judgement,
+    /// When the lock was taken (its directory's modification time).
+    pub since: std::time::SystemTime,
+}
+
+/// A callback told once when an acquisition starts to wait.
+pub(crate) type OnWait = Arc<dyn Fn(&Waiting) + Send + Sync>;
+
+/// Knobs of one acquisition (the builder [`crate::LockRequest`] fills them in).
+#[derive(Clone)]
 pub(crate) struct Options {
     pub wait: Wait,
     pub grace: Duration,
     pub durable: bool,
     pub purpose: Option<String>,
     pub cancel: Option<Cancel>,
+    pub on_wait: Option<OnWait>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("wait", &self.wait)
+            .field("grace", &self.grace)
+            .field("durable", &self.durable)
+            .field("purpose", &self.purpose)
+            .field("cancel", &self.cancel)
+            .field("on_wait", &self.on_wait.is_some())
+            .finish()
+    }
 }
 
 impl Options {
@@ -82,6 +113,7 @@ impl Options {
             durable: true,
             purpose: None,
             cancel: None,
+            on_wait: None,
         }
     }
 }

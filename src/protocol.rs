@@ -6,8 +6,10 @@ use crate::error::Error;
 use crate::liveness::{judge, Judgement, Liveness, Probe};
 use crate::options::{Backoff, Options, Wait};
 use crate::owner::Owner;
-use crate::paths::{candidate_name, tombstone_name, OWNER_FILE, OWNER_LIMIT};
-use crate::reclaim::{reclaim, Reclaim};
+use crate::paths::{
+    candidate_name, classify, guard_name, tombstone_name, Entry, OWNER_FILE, OWNER_LIMIT,
+};
+use crate::reclaim::{reclaim, Expect, Reclaim};
 use crate::sys::{is, Errno, FileId, Identity, Kind, Meta, System, Wake};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -407,6 +409,18 @@ fn contend<S: System>(
     let mut rounds = 0u32;
     let mut last_owner: Option<Owner> = None;
     let mut guard_backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
+    let mut told = false;
+    let mut tell = |owner: &Owner, judgement: &Judgement, since| {
+        if let (false, Some(f)) = (told, &options.on_wait) {
+            told = true;
+            f(&crate::options::Waiting {
+                lock: sp.entry(req.name),
+                owner: owner.clone(),
+                judgement: judgement.clone(),
+                since,
+            });
+        }
+    };
     let cancel = options.cancel.as_ref().map(|c| &*c.0);
     let lock_path = || sp.entry(req.name);
     let timeout = |owner: Option<Owner>| Error::Timeout {
@@ -468,6 +482,7 @@ fn contend<S: System>(
                 // of a live beacon holder, the pid (with a pidfd) of a live pid-judged one. An
                 // unknown owner (another host or namespace) is waited for by inotify alone:
                 // its beacon and pid mean nothing here, and re-probing them would spin.
+                tell(&owner, &judgement, meta.mtime);
                 let live = judgement.liveness == Liveness::Live;
                 let by_beacon = live && owner.has_beacon();
                 let pid = (live && !owner.has_beacon()).then_some(owner.pid);
@@ -494,6 +509,7 @@ fn contend<S: System>(
                         }
                         return Err(timeout(last_owner));
                     }
+                    tell(&owner, &judgement, meta.mtime);
                     wait_for_change(
                         sp,
                         req,
@@ -507,7 +523,7 @@ fn contend<S: System>(
                     continue;
                 }
                 drop(dir);
-                match reclaim(sp, req.name, &owner, options.grace)? {
+                match reclaim(sp, req.name, Expect::Token(&owner.token), options.grace)? {
                     Reclaim::Done => reclaimed_from = Some(owner),
                     Reclaim::Changed => {}
                     Reclaim::Busy { remaining } => {
@@ -515,7 +531,7 @@ fn contend<S: System>(
                         if deadline.is_some_and(|d| now >= d) {
                             if fail_fast {
                                 return Err(Error::Guarded {
-                                    guard: sp.entry(&crate::paths::guard_name(req.name)),
+                                    guard: sp.entry(&guard_name(req.name)),
                                     lock: lock_path(),
                                     resource: req.resource.to_owned(),
                                     remaining,
@@ -679,13 +695,210 @@ pub(crate) fn remove_tree<S: System>(sys: &S, at: &S::Dir, name: &str) -> bool {
         }
         let sub = sys.open_dir_at(at, name)?;
         for entry in sys.list(&sub)? {
-            match sys.meta_at(&sub, &entry)?.kind {
-                Kind::Dir => go(sys, &sub, &entry, depth + 1)?,
-                _ => sys.remove_file_at(&sub, &entry)?,
+            let meta = match sys.meta_at(&sub, &entry) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // another reaper
+                Err(e) => return Err(e),
+            };
+            let removed = match meta.kind {
+                Kind::Dir => go(sys, &sub, &entry, depth + 1),
+                _ => sys.remove_file_at(&sub, &entry),
+            };
+            match removed {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
             }
         }
         drop(sub);
         sys.remove_dir_at(at, name)
     }
-    go(sys, at, name, 0).is_ok()
+    match go(sys, at, name, 0) {
+        Ok(()) => true,
+        // Someone else reaped it first: tombstones are anyone's to delete.
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
+/// What a [sweep](crate::Locks::sweep) removed and what it left, with why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Sweep {
+    /// Names removed from the lock directory.
+    pub removed: Vec<String>,
+    /// Names left in place, each with the reason.
+    pub kept: Vec<(String, String)>,
+}
+
+/// Sweep: reap every tombstone, and retire-then-reap every candidate whose creator is dead (its
+/// beacon is free and it is older than `grace`, since a candidate is briefly beacon-less while
+/// it is made). Locks and guards are never touched.
+pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, Error> {
+    let entries = sp
+        .sys
+        .list(sp.dir)
+        .map_err(|e| Error::io("list the lock directory", sp.path, e))?;
+    let mut report = Sweep::default();
+    let mut keep = |name: &str, why: &str| report.kept.push((name.to_owned(), why.to_owned()));
+    let mut removed = Vec::new();
+    for entry in entries {
+        match classify(&entry) {
+            Entry::Tombstone { .. } => {
+                if remove_tree(sp.sys, sp.dir, &entry) {
+                    removed.push(entry);
+                } else {
+                    keep(&entry, "it could not be removed");
+                }
+            }
+            Entry::Candidate { lock, .. } => {
+                let Ok(meta) = sp.sys.meta_at(sp.dir, &entry) else {
+                    continue; // published or removed meanwhile
+                };
+                if sp
+                    .sys
+                    .now()
+                    .duration_since(meta.mtime)
+                    .unwrap_or(Duration::ZERO)
+                    < grace
+                {
+                    keep(
+                        &entry,
+                        "it is younger than the grace period (it may be being staged)",
+                    );
+                    continue;
+                }
+                let Ok(dir) = sp.sys.open_dir_at(sp.dir, &entry) else {
+                    keep(&entry, "it cannot be opened");
+                    continue;
+                };
+                match sp.sys.try_lock(&dir, false) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        keep(
+                            &entry,
+                            "its creator is alive (it holds the candidate's beacon)",
+                        );
+                        continue;
+                    }
+                    Err(_) => {
+                        keep(&entry, "its creator cannot be probed (no flock here)");
+                        continue;
+                    }
+                }
+                // Retire it first, so that its creator's publish and this sweep cannot both win.
+                let tomb = tombstone_name(&lock, &sp.sys.token());
+                match sp.sys.rename_noreplace(sp.dir, &entry, &tomb) {
+                    Ok(()) => {
+                        drop(dir);
+                        if remove_tree(sp.sys, sp.dir, &tomb) {
+                            removed.push(entry);
+                        } else {
+                            keep(&tomb, "it was retired but could not be removed");
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => keep(&entry, &format!("it could not be retired: {e}")),
+                }
+            }
+            _ => {}
+        }
+    }
+    report.removed = removed;
+    Ok(report)
+}
+
+/// What an [unlock](crate::LockRequest::unlock) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unlocked {
+    /// The lock was not held.
+    NotLocked,
+    /// The lock was removed; `owner` is its dead owner's record (`None` for a malformed one).
+    Removed {
+        /// The removed lock's owner record, if it had a readable one.
+        owner: Option<Owner>,
+    },
+}
+
+/// Unlock (an operator's request): retire the lock if its owner is dead, by proof or by
+/// evidence at any age; with `force`, also a malformed lock on which no beacon is held. Live
+/// and unknown owners are refused. Always through the reclaim guard.
+pub(crate) fn unlock<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    resource: &str,
+    me: &Identity,
+    grace: Duration,
+    force: bool,
+) -> Result<Unlocked, Error> {
+    let guarded = |remaining| Error::Guarded {
+        guard: sp.entry(&guard_name(name)),
+        lock: sp.entry(name),
+        resource: resource.to_owned(),
+        remaining,
+    };
+    for _ in 0..MAX_FAIL_FAST_ROUNDS {
+        let (expect_owner, id) = match sp.observe(name)? {
+            Seen::Gone => return Ok(Unlocked::NotLocked),
+            Seen::Owned { dir, meta, owner } => {
+                let judgement = sp.judge(&dir, &owner, me);
+                if !judgement.liveness.is_dead() {
+                    return Err(Error::Locked {
+                        lock: sp.entry(name),
+                        resource: resource.to_owned(),
+                        owner: Box::new(owner),
+                        judgement,
+                        since: meta.mtime,
+                    });
+                }
+                (Some(owner), meta.id)
+            }
+            Seen::Malformed(problem) => {
+                let malformed = |problem: String| Error::Malformed {
+                    lock: sp.entry(name),
+                    resource: resource.to_owned(),
+                    problem,
+                };
+                if !force {
+                    return Err(malformed(problem));
+                }
+                let meta = match sp.sys.meta_at(sp.dir, name) {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(sp.io("inspect the lock", name, e)),
+                };
+                if meta.kind == Kind::Dir {
+                    let dir = match sp.sys.open_dir_at(sp.dir, name) {
+                        Ok(d) => d,
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(sp.io("open the lock", name, e)),
+                    };
+                    if !sp.sys.try_lock(&dir, false).unwrap_or(false) {
+                        return Err(malformed(format!(
+                            "{problem}; a process holds a lock on it, so it is in use and --force refuses it"
+                        )));
+                    }
+                }
+                (None, meta.id)
+            }
+        };
+        let expect = match &expect_owner {
+            Some(owner) => Expect::Token(&owner.token),
+            None => Expect::Dir(id),
+        };
+        match reclaim(sp, name, expect, grace)? {
+            Reclaim::Done => {
+                return Ok(Unlocked::Removed {
+                    owner: expect_owner,
+                })
+            }
+            Reclaim::Changed => continue,
+            Reclaim::Busy { remaining } => return Err(guarded(remaining)),
+        }
+    }
+    Err(Error::Timeout {
+        lock: sp.entry(name),
+        resource: resource.to_owned(),
+        waited: Duration::ZERO,
+        owner: None,
+    })
 }

@@ -8,7 +8,6 @@
 //! respected until it is older than the grace period.
 
 use crate::error::Error;
-use crate::owner::Owner;
 use crate::paths::{guard_name, tombstone_name, GUARD_MARKER};
 use crate::protocol::{remove_tree, Seen, Space};
 use crate::sys::{is, Errno, System};
@@ -32,11 +31,22 @@ pub(crate) enum Reclaim {
 /// at the guard (a peeker finds it unmarked and fresh, and lets go at once).
 const PEEK_RETRIES: u32 = 50;
 
-/// Retires the lock `name` if, under the guard, it still carries `dead`'s token.
+/// What must still be at `NAME`, under the guard, for it to be retired.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Expect<'a> {
+    /// A lock carrying this (dead) owner's token.
+    Token(&'a str),
+    /// This very directory, whatever its record (an operator's forced removal of a malformed
+    /// lock on which no beacon is held).
+    Dir(crate::sys::FileId),
+}
+
+/// Retires the lock `name` if, under the guard, it is still what `expect` says. `grace` is how
+/// long an unmarked guard left by another implementation is respected.
 pub(crate) fn reclaim<S: System>(
     sp: &Space<S>,
     name: &str,
-    dead: &Owner,
+    expect: Expect,
     grace: Duration,
 ) -> Result<Reclaim, Error> {
     let gname = guard_name(name);
@@ -113,7 +123,7 @@ pub(crate) fn reclaim<S: System>(
             }
         }
     }
-    let result = under_guard(sp, &guard, &gname, name, dead);
+    let result = under_guard(sp, &guard, &gname, name, expect);
     // Always clean up: marker, directory, then the flock (when `guard` drops).
     let _ = sp.sys.remove_file_at(&guard, GUARD_MARKER);
     let _ = sp.sys.remove_dir_at(sp.dir, &gname);
@@ -126,7 +136,7 @@ fn under_guard<S: System>(
     guard: &S::Dir,
     gname: &str,
     name: &str,
-    dead: &Owner,
+    expect: Expect,
 ) -> Result<Reclaim, Error> {
     let marker = format!("{{\"pid\":{}}}", sp.sys.pid());
     match sp
@@ -143,9 +153,28 @@ fn under_guard<S: System>(
             ))
         }
     }
-    let (dir, meta) = match sp.observe(name)? {
-        Seen::Owned { dir, meta, owner } if owner.token == dead.token => (dir, meta),
-        _ => return Ok(Reclaim::Changed),
+    // What we retire, checked under the guard: `held` keeps the directory open (and, for a
+    // forced removal, its exclusive flock) until it is a tombstone.
+    let (held, id) = match expect {
+        Expect::Token(token) => match sp.observe(name)? {
+            Seen::Owned { dir, meta, owner } if owner.token == token => (Some(dir), meta.id),
+            _ => return Ok(Reclaim::Changed),
+        },
+        Expect::Dir(id) => {
+            let meta = match sp.sys.meta_at(sp.dir, name) {
+                Ok(m) if m.id == id => m,
+                _ => return Ok(Reclaim::Changed),
+            };
+            if meta.kind == crate::sys::Kind::Dir {
+                // Still nobody's beacon: hold it exclusively until it is retired.
+                match sp.sys.open_dir_at(sp.dir, name) {
+                    Ok(dir) if sp.sys.try_lock(&dir, true).unwrap_or(false) => (Some(dir), id),
+                    _ => return Ok(Reclaim::Changed),
+                }
+            } else {
+                (None, id) // a file or symlink where the lock should be
+            }
+        }
     };
     let tomb = tombstone_name(name, &sp.sys.token());
     match sp.sys.rename_noreplace(sp.dir, name, &tomb) {
@@ -154,14 +183,14 @@ fn under_guard<S: System>(
         Err(e) => return Err(Error::io("retire the dead owner's lock", sp.entry(name), e)),
     }
     match sp.sys.meta_at(sp.dir, &tomb) {
-        Ok(m) if m.id == meta.id => {}
+        Ok(m) if m.id == id => {}
         _ => {
             // Not the directory we checked: put it back, never over anything.
             let _ = sp.sys.rename_noreplace(sp.dir, &tomb, name);
             return Ok(Reclaim::Changed);
         }
     }
-    drop(dir);
+    drop(held);
     remove_tree(sp.sys, sp.dir, &tomb);
     Ok(Reclaim::Done)
 }

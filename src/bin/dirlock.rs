@@ -1,165 +1,565 @@
-//! `dirlock`: take, hold and locate directory locks from the shell.
-//!
-//! This first cut has `hold` (take a lock and keep it until killed or until a file appears)
-//! and `path` (print a lock's path); `run`, `status`, `unlock` and `sweep` follow.
+//! `dirlock`: run commands under a directory lock, and inspect, clear and sweep locks.
 
-use dirlock::{Error, LockRequest, Locks, Wait};
+use clap::{Args, Parser, Subcommand};
+use dirlock::{Error, GuardState, LockRequest, Locks, State, Status, Unlocked, Wait};
+use serde_json::{json, Value};
+use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
-
-const USAGE: &str = "\
-usage: dirlock hold [SELECTOR] [--purpose TEXT] [--wait | --timeout SECS] [--grace SECS] [--until FILE]
-       dirlock path [SELECTOR]
-
-SELECTOR: [--app NAME | --dir DIR] (--repository ROOT | --global-setup HOME | --lock NAME)
-  --app NAME    lock namespace <temp dir>/<NAME>-<uid>/operation-locks (default: dirlock)
-  --dir DIR     a lock directory of your own
-
-hold prints `held PATH` once the lock is published (and `reclaimed-from PID TOKEN` when it
-took over a dead owner's lock), then holds it until killed or until FILE exists.
-
-exit status: 0 success, 75 the lock is held by another process, 64 usage error, 1 other error";
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const EX_USAGE: u8 = 64;
 const EX_TEMPFAIL: u8 = 75;
 
-#[derive(Default)]
-struct Args {
-    command: String,
-    app: Option<String>,
-    dir: Option<PathBuf>,
+const EXIT_STATUS: &str = "\
+Exit status:
+  0    success (for `run`: the command's own status is passed through)
+  1    an error (unsafe lock directory, I/O failure, malformed lock, lost lock, ...)
+  64   usage error
+  75   the lock is held by another process (EX_TEMPFAIL, as `flock -E 75` users configure)
+  126  the command could not be run; 127 the command was not found
+  128+N  the command was killed by signal N";
+
+/// Cross-process directory locks that survive crashes without ever letting two processes in.
+#[derive(Parser, Debug)]
+#[command(name = "dirlock", version, after_help = EXIT_STATUS, disable_help_subcommand = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Take the lock, run a command, release the lock; exit with the command's status.
+    ///
+    /// The command inherits the lock's beacon: if `dirlock run` itself is killed, the lock stays
+    /// held until the command exits too. SIGINT, SIGTERM and SIGHUP sent to `dirlock run` are
+    /// forwarded to the command. The command finds the lock named in DIRLOCK_HELD, so that a
+    /// nested `dirlock run` (or library call) for the same lock is refused instead of waiting
+    /// for its own parent.
+    #[command(
+        after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ --timeout 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -- make deploy"
+    )]
+    Run {
+        #[command(flatten)]
+        sel: Selector,
+        #[command(flatten)]
+        acq: Acquire,
+        /// Say nothing while waiting.
+        #[arg(short, long)]
+        quiet: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
+    /// Show a lock's state, owner, reclaim guard and leftovers.
+    #[command(
+        after_help = "Examples:\n  dirlock status --repository .\n  dirlock status --app apnea --all --json"
+    )]
+    Status {
+        #[command(flatten)]
+        sel: Selector,
+        /// Every lock in the lock directory.
+        #[arg(long, conflicts_with_all = ["repository", "global_setup", "lock"])]
+        all: bool,
+        /// Machine-readable output (schema in the README).
+        #[arg(long)]
+        json: bool,
+        /// The grace period used to judge dead-by-evidence owners, in seconds.
+        #[arg(long, value_name = "SECS", value_parser = secs)]
+        grace: Option<Duration>,
+    },
+    /// Remove a lock whose owner is dead (by kernel proof, or by evidence at any age).
+    ///
+    /// Live and unknown owners are refused. `--force` also removes a malformed lock, but only
+    /// while no process holds a lock on it. Removal goes through the same reclaim guard as an
+    /// acquisition.
+    #[command(
+        after_help = "Examples:\n  dirlock unlock --repository .\n  dirlock unlock --lock /srv/locks/deploy.lock --force"
+    )]
+    Unlock {
+        #[command(flatten)]
+        sel: Selector,
+        /// Also remove a malformed lock (never one whose beacon is held).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove tombstones, and candidates whose creators are dead.
+    #[command(
+        after_help = "Examples:\n  dirlock sweep --app myapp\n  dirlock sweep --dir /srv/locks --grace 0"
+    )]
+    Sweep {
+        #[command(flatten)]
+        place: Place,
+        /// Leave candidates younger than this, in seconds (default 60).
+        #[arg(long, value_name = "SECS", value_parser = secs)]
+        grace: Option<Duration>,
+    },
+    /// Print the lock's path.
+    #[command(
+        after_help = "Examples:\n  dirlock path --repository .\n  dirlock path --app apnea --global-setup ~"
+    )]
+    Path {
+        #[command(flatten)]
+        sel: Selector,
+    },
+    /// Take the lock and hold it until killed or until a file appears (for tests and demos).
+    ///
+    /// Prints `held PATH` once the lock is published, and `reclaimed-from PID TOKEN` when it
+    /// took over a dead owner's lock.
+    #[command(after_help = "Examples:\n  dirlock hold --repository . --until /tmp/done")]
+    Hold {
+        #[command(flatten)]
+        sel: Selector,
+        #[command(flatten)]
+        acq: Acquire,
+        /// Release and exit once this file exists.
+        #[arg(long, value_name = "FILE")]
+        until: Option<PathBuf>,
+    },
+}
+
+/// Which lock.
+#[derive(Args, Debug)]
+struct Selector {
+    /// The lock of the repository (or any directory tree) at ROOT.
+    #[arg(long, value_name = "ROOT", group = "target")]
     repository: Option<PathBuf>,
+    /// The per-account setup lock of the account whose home is HOME.
+    #[arg(long, value_name = "HOME", group = "target")]
     global_setup: Option<PathBuf>,
+    /// A named lock: NAME (ending in .lock) in the lock directory, or DIR/NAME.
+    #[arg(long, value_name = "[DIR/]NAME", group = "target")]
     lock: Option<String>,
-    purpose: Option<String>,
-    wait: Option<Wait>,
+    #[command(flatten)]
+    place: Place,
+}
+
+/// Which lock directory.
+#[derive(Args, Debug)]
+struct Place {
+    /// Lock namespace <temp dir>/<NAME>-<uid>/operation-locks (temp dir from TMPDIR). `--app
+    /// apnea` addresses the reference implementation's locks. Default: dirlock.
+    #[arg(long, value_name = "NAME", conflicts_with = "dir")]
+    app: Option<String>,
+    /// A lock directory of your own.
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+}
+
+/// How to acquire.
+#[derive(Args, Debug)]
+struct Acquire {
+    /// Wait for the lock however long it takes (default for --global-setup).
+    #[arg(long, conflicts_with = "timeout")]
+    wait: bool,
+    /// Wait at most SECS seconds.
+    #[arg(long, value_name = "SECS", value_parser = secs)]
+    timeout: Option<Duration>,
+    /// Reclaim owners dead by evidence (not kernel proof) after SECS seconds (default 60).
+    #[arg(long, value_name = "SECS", value_parser = secs)]
     grace: Option<Duration>,
-    until: Option<PathBuf>,
+    /// What this holder is doing, shown to contenders.
+    #[arg(long, value_name = "TEXT")]
+    purpose: Option<String>,
 }
 
-fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut a = Args {
-        command: argv.next().ok_or("missing command")?,
-        ..Args::default()
-    };
-    let secs = |v: String| -> Result<Duration, String> {
-        v.parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(Duration::from_secs_f64)
-            .ok_or_else(|| format!("{v:?} is not a number of seconds"))
-    };
-    while let Some(flag) = argv.next() {
-        let mut value = || argv.next().ok_or_else(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--app" => a.app = Some(value()?),
-            "--dir" => a.dir = Some(value()?.into()),
-            "--repository" => a.repository = Some(value()?.into()),
-            "--global-setup" => a.global_setup = Some(value()?.into()),
-            "--lock" => a.lock = Some(value()?),
-            "--purpose" => a.purpose = Some(value()?),
-            "--wait" => a.wait = Some(Wait::Forever),
-            "--timeout" => a.wait = Some(Wait::Timeout(secs(value()?)?)),
-            "--grace" => a.grace = Some(secs(value()?)?),
-            "--until" => a.until = Some(value()?.into()),
-            "-h" | "--help" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(a)
+fn secs(v: &str) -> Result<Duration, String> {
+    v.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e12)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| format!("{v:?} is not a number of seconds"))
 }
 
-fn request<'l>(a: &Args, locks: &'l Locks) -> Result<LockRequest<'l>, String> {
-    let mut req = match (&a.repository, &a.global_setup, &a.lock) {
-        (Some(r), None, None) => locks.repository_lock(r),
-        (None, Some(h), None) => locks.global_setup_lock(h),
-        (None, None, Some(n)) => locks.named_lock(n),
-        _ => return Err("give exactly one of --repository, --global-setup, --lock".into()),
-    };
-    if let Some(w) = a.wait {
-        req = req.wait(w);
+/// A failure: what to print and the exit status.
+struct Failure(String, u8);
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let code = if e.is_contended() { EX_TEMPFAIL } else { 1 };
+        Failure(chain(&e), code)
     }
-    if let Some(g) = a.grace {
-        req = req.grace(g);
-    }
-    if let Some(p) = &a.purpose {
-        req = req.purpose(p.clone());
-    }
-    Ok(req)
 }
 
-fn report(e: &Error) -> ExitCode {
+/// The error and its causes, in one paragraph.
+fn chain(e: &dyn std::error::Error) -> String {
     let mut msg = e.to_string();
-    let mut source = std::error::Error::source(e);
+    let mut source = e.source();
     while let Some(s) = source {
         msg.push_str(": ");
         msg.push_str(&s.to_string());
         source = s.source();
     }
-    eprintln!("dirlock: {msg}");
-    ExitCode::from(if e.is_contended() { EX_TEMPFAIL } else { 1 })
+    msg
+}
+
+fn open(place: &Place) -> Result<Locks, Error> {
+    match (&place.app, &place.dir) {
+        (_, Some(dir)) => Locks::in_dir(dir),
+        (app, None) => Locks::new(app.as_deref().unwrap_or("dirlock")),
+    }
+}
+
+/// The lock directory and the request for a selector.
+fn select(sel: &Selector) -> Result<(Locks, Target), Failure> {
+    let usage = |m: &str| Failure(m.to_owned(), EX_USAGE);
+    match (&sel.repository, &sel.global_setup, &sel.lock) {
+        (Some(r), None, None) => Ok((open(&sel.place)?, Target::Repository(r.clone()))),
+        (None, Some(h), None) => Ok((open(&sel.place)?, Target::GlobalSetup(h.clone()))),
+        (None, None, Some(l)) => match l.rsplit_once('/') {
+            Some((dir, name)) => {
+                if sel.place.app.is_some() || sel.place.dir.is_some() {
+                    return Err(usage(
+                        "--lock DIR/NAME names its own directory: drop --app/--dir",
+                    ));
+                }
+                let dir = if dir.is_empty() { "/" } else { dir };
+                Ok((Locks::in_dir(dir)?, Target::Named(name.to_owned())))
+            }
+            None => Ok((open(&sel.place)?, Target::Named(l.clone()))),
+        },
+        _ => Err(usage(
+            "give one of --repository ROOT, --global-setup HOME, --lock [DIR/]NAME",
+        )),
+    }
+}
+
+enum Target {
+    Repository(PathBuf),
+    GlobalSetup(PathBuf),
+    Named(String),
+}
+
+fn request<'l>(locks: &'l Locks, target: &Target) -> LockRequest<'l> {
+    match target {
+        Target::Repository(r) => locks.repository_lock(r),
+        Target::GlobalSetup(h) => locks.global_setup_lock(h),
+        Target::Named(n) => locks.named_lock(n),
+    }
+}
+
+fn configure<'l>(mut req: LockRequest<'l>, acq: &Acquire) -> LockRequest<'l> {
+    if acq.wait {
+        req = req.wait(Wait::Forever);
+    }
+    if let Some(t) = acq.timeout {
+        req = req.wait(Wait::Timeout(t));
+    }
+    if let Some(g) = acq.grace {
+        req = req.grace(g);
+    }
+    if let Some(p) = &acq.purpose {
+        req = req.purpose(p.clone());
+    }
+    req
+}
+
+fn ago(t: SystemTime) -> String {
+    let d = SystemTime::now().duration_since(t).unwrap_or_default();
+    format!("{} s ago", d.as_secs())
+}
+
+fn unix_ms(t: SystemTime) -> Option<u64> {
+    t.duration_since(UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_millis() as u64)
 }
 
 fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(problem) => {
-            if !problem.is_empty() {
-                eprintln!("dirlock: {problem}");
-            }
-            eprintln!("{USAGE}");
-            return ExitCode::from(if problem.is_empty() { 0 } else { EX_USAGE });
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { EX_USAGE } else { 0 });
         }
     };
-    let locks = match (&args.app, &args.dir) {
-        (_, Some(d)) => Locks::in_dir(d),
-        (a, None) => Locks::new(a.as_deref().unwrap_or("dirlock")),
-    };
-    let locks = match locks {
-        Ok(l) => l,
-        Err(e) => return report(&e),
-    };
-    let req = match request(&args, &locks) {
-        Ok(r) => r,
-        Err(problem) => {
-            eprintln!("dirlock: {problem}\n{USAGE}");
-            return ExitCode::from(EX_USAGE);
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(Failure(msg, code)) => {
+            eprintln!("dirlock: {msg}");
+            ExitCode::from(code)
         }
-    };
-    match args.command.as_str() {
-        "path" => match req.path() {
-            Ok(p) => {
-                println!("{}", p.display());
-                ExitCode::SUCCESS
+    }
+}
+
+fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
+    match cmd {
+        Cmd::Run {
+            sel,
+            acq,
+            quiet,
+            command,
+        } => run(&sel, &acq, quiet, &command),
+        Cmd::Status {
+            sel,
+            all,
+            json,
+            grace,
+        } => status(&sel, all, json, grace),
+        Cmd::Unlock { sel, force } => {
+            let (locks, target) = select(&sel)?;
+            let req = request(&locks, &target);
+            let path = req.path()?;
+            match req.unlock(force)? {
+                Unlocked::NotLocked => println!("not locked: {}", path.display()),
+                Unlocked::Removed { owner: Some(o) } => {
+                    println!(
+                        "removed {} (its owner, pid {}, is dead)",
+                        path.display(),
+                        o.pid
+                    )
+                }
+                Unlocked::Removed { owner: None } => {
+                    println!("removed {} (malformed, no process held it)", path.display())
+                }
+                _ => println!("done: {}", path.display()),
             }
-            Err(e) => report(&e),
-        },
-        "hold" => {
-            let guard = match req.acquire() {
-                Ok(g) => g,
-                Err(e) => return report(&e),
-            };
-            println!("held {}", guard.path().display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Sweep { place, grace } => {
+            let locks = open(&place)?;
+            let report = locks.sweep(grace.unwrap_or(dirlock::DEFAULT_GRACE))?;
+            for name in &report.removed {
+                println!("removed {name}");
+            }
+            for (name, why) in &report.kept {
+                println!("kept {name}: {why}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Path { sel } => {
+            let (locks, target) = select(&sel)?;
+            println!("{}", request(&locks, &target).path()?.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Hold { sel, acq, until } => {
+            let (locks, target) = select(&sel)?;
+            let guard = configure(request(&locks, &target), &acq).acquire()?;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "held {}", guard.path().display());
             if let Some(prev) = guard.reclaimed_from() {
-                println!("reclaimed-from {} {}", prev.pid, prev.token);
+                let _ = writeln!(out, "reclaimed-from {} {}", prev.pid, prev.token);
             }
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
+            let _ = out.flush();
+            drop(out);
             loop {
-                if args.until.as_ref().is_some_and(|f| f.exists()) {
+                if until.as_ref().is_some_and(|f| f.exists()) {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            match guard.release() {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => report(&e),
-            }
-        }
-        other => {
-            eprintln!("dirlock: unknown command {other:?}\n{USAGE}");
-            ExitCode::from(EX_USAGE)
+            guard.release()?;
+            Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn run(
+    sel: &Selector,
+    acq: &Acquire,
+    quiet: bool,
+    command: &[OsString],
+) -> Result<ExitCode, Failure> {
+    // Before any thread starts: the forwarded signals are received by a sigwait thread, not
+    // by their default handlers (which would kill us and leave the command running unlocked
+    // from our side).
+    dirlock::__cli::block_forwarded_signals()
+        .map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
+    let (locks, target) = select(sel)?;
+    let mut req = configure(request(&locks, &target), acq);
+    if !quiet {
+        req = req.on_wait(|w| {
+            let o = &w.owner;
+            let mut who = format!("pid {}", o.pid);
+            if let Some(h) = &o.host {
+                who.push_str(&format!(" on {h}"));
+            }
+            if let Some(p) = &o.purpose {
+                who.push_str(&format!(" ({p})"));
+            }
+            eprintln!(
+                "dirlock: waiting for {}: held by {who} since {}, judged {}",
+                w.lock.display(),
+                ago(w.since),
+                w.judgement
+            );
+        });
+    }
+    let guard = req.acquire()?;
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    guard.keep_alive_in(&mut cmd);
+    dirlock::__cli::unblock_forwarded_in_child(&mut cmd);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            let _ = guard.release();
+            return Err(Failure(format!("cannot run {:?}: {e}", command[0]), code));
+        }
+    };
+    dirlock::__cli::forward_signals(child.id());
+    let status = child.wait();
+    // Released after the command exits, whatever happened to it.
+    let released = guard.release();
+    let status = status.map_err(|e| Failure(format!("cannot wait for the command: {e}"), 1))?;
+    let code = match (
+        status.code(),
+        std::os::unix::process::ExitStatusExt::signal(&status),
+    ) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    };
+    if let Err(e) = released {
+        eprintln!("dirlock: {}", chain(&e));
+        return Ok(ExitCode::from(if code == 0 { 1 } else { code as u8 }));
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+fn status(
+    sel: &Selector,
+    all: bool,
+    json: bool,
+    grace: Option<Duration>,
+) -> Result<ExitCode, Failure> {
+    let statuses = if all {
+        open(&sel.place)?.statuses()?
+    } else {
+        let (locks, target) = select(sel)?;
+        let mut req = request(&locks, &target);
+        if let Some(g) = grace {
+            req = req.grace(g);
+        }
+        vec![req.status()?]
+    };
+    if json {
+        let value = if all {
+            json!({ "schema": 1, "locks": statuses.iter().map(to_json).collect::<Vec<_>>() })
+        } else {
+            to_json(&statuses[0])
+        };
+        println!("{value}");
+    } else {
+        for (i, st) in statuses.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
+            print_status(st);
+        }
+        if statuses.is_empty() {
+            println!("no locks");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn to_json(st: &Status) -> Value {
+    let remaining = match &st.state {
+        State::DeadByEvidence { remaining } => Some(remaining.as_millis() as u64),
+        _ => None,
+    };
+    let guard = match &st.guard {
+        GuardState::Leftover { marked, age } => {
+            json!({ "state": st.guard.name(), "marked": marked, "age_ms": age.as_millis() as u64 })
+        }
+        g => json!({ "state": g.name(), "marked": null, "age_ms": null }),
+    };
+    json!({
+        "schema": 1,
+        "path": st.path,
+        "name": st.name,
+        "state": st.state.name(),
+        "reason": st.reason,
+        "since_unix_ms": st.since.and_then(unix_ms),
+        "grace_remaining_ms": remaining,
+        "owner": st.owner,
+        "guard": guard,
+        "candidates": st.candidates.iter().map(|c| json!({
+            "name": c.name, "age_ms": c.age.as_millis() as u64, "creator_alive": c.creator_alive,
+        })).collect::<Vec<_>>(),
+        "tombstones": st.tombstones.iter().map(|t| json!({
+            "name": t.name, "age_ms": t.age.as_millis() as u64,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_status(st: &Status) {
+    println!("lock:       {}", st.path.display());
+    let state = match &st.state {
+        State::DeadByEvidence { remaining } if remaining.is_zero() => {
+            "dead by evidence (past the grace period: the next acquisition reclaims it)".to_owned()
+        }
+        State::DeadByEvidence { remaining } => format!(
+            "dead by evidence ({} s left in the grace period)",
+            remaining.as_secs_f64().ceil()
+        ),
+        State::DeadByProof => "dead by proof (the next acquisition reclaims it at once)".to_owned(),
+        State::Malformed { .. } => "malformed (never removed automatically)".to_owned(),
+        s => s.name().to_owned(),
+    };
+    println!("state:      {state}");
+    if let Some(r) = &st.reason {
+        println!("why:        {r}");
+    }
+    if let Some(o) = &st.owner {
+        let mut line = format!("pid {}", o.pid);
+        if let Some(h) = &o.host {
+            line.push_str(&format!(" on host {h}"));
+        }
+        if let Some(p) = &o.purpose {
+            line.push_str(&format!(", purpose {p:?}"));
+        }
+        if let Some(t) = st.since {
+            line.push_str(&format!(", since {}", ago(t)));
+        }
+        line.push_str(match o.beacon {
+            Some(true) => ", holds a beacon",
+            Some(false) => ", no beacon (judged by pid)",
+            None => ", reference-format record (judged by pid)",
+        });
+        if let Some(w) = &o.writer {
+            line.push_str(&format!(", written by {w}"));
+        }
+        println!("owner:      {line}");
+    }
+    let guard = match &st.guard {
+        GuardState::Leftover { marked: true, age } => format!(
+            "left by a crashed reclaimer {} s ago (reused at once by the next one)",
+            age.as_secs()
+        ),
+        GuardState::Leftover { marked: false, age } => format!(
+            "left by another implementation {} s ago (respected for the grace period)",
+            age.as_secs()
+        ),
+        GuardState::Busy => "busy: a process is reclaiming the lock".to_owned(),
+        g => g.name().to_owned(),
+    };
+    println!("guard:      {guard}");
+    let list = |v: &[dirlock::Leftover]| {
+        if v.is_empty() {
+            "none".to_owned()
+        } else {
+            v.iter()
+                .map(|l| {
+                    let who = match l.creator_alive {
+                        Some(true) => ", creator alive",
+                        Some(false) => ", creator gone",
+                        None => "",
+                    };
+                    format!("{} ({} s old{who})", l.name, l.age.as_secs())
+                })
+                .collect::<Vec<_>>()
+                .join("\n            ")
+        }
+    };
+    println!("candidates: {}", list(&st.candidates));
+    println!("tombstones: {}", list(&st.tombstones));
 }

@@ -13,9 +13,12 @@ use std::time::{Duration, SystemTime};
 
 mod unix;
 
+pub(crate) use unix::keep_open_in_child;
 #[cfg(test)]
 pub(crate) use unix::parse_start_time as parse_start_time_for_tests;
-pub use unix::{CancelHandle, Real};
+pub use unix::{
+    block_forwarded_signals, forward_signals, unblock_forwarded_in_child, CancelHandle, Real,
+};
 
 /// The identity of a file: device and inode number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -733,3 +733,101 @@ pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
         LockUnsupported => n == libc::ENOLCK || n == libc::EOPNOTSUPP || n == libc::ENOSYS,
     }
 }
+
+/// Makes `fd` survive `exec` in the child that `cmd` spawns (it stays close-on-exec here).
+pub(crate) fn keep_open_in_child(cmd: &mut std::process::Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec; it only calls fcntl, which
+    // is async-signal-safe, on a descriptor the child inherited from us.
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = check(libc::fcntl(fd, libc::F_GETFD))?;
+            check(libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
+            Ok(())
+        });
+    }
+}
+
+/// The signals a wrapper forwards to its child.
+const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+fn forwarded_set() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initializes it before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; the signal numbers are valid.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in FORWARDED {
+            libc::sigaddset(&mut set, s);
+        }
+    }
+    set
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and every thread it starts later),
+/// so that they can be received with `sigwait` by [`forward_signals`]. Call it first thing in
+/// `main`, before any thread exists. Children inherit the mask: spawn them with
+/// [`unblock_forwarded_in_child`].
+///
+/// # Errors
+///
+/// When `pthread_sigmask` fails.
+pub fn block_forwarded_signals() -> io::Result<()> {
+    let set = forwarded_set();
+    // SAFETY: `set` is initialized; the old mask is not wanted (null).
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
+/// Makes the child that `cmd` spawns start with the forwarded signals unblocked again (a
+/// spawned child inherits the signal mask, and [`block_forwarded_signals`] changed ours).
+pub fn unblock_forwarded_in_child(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let set = forwarded_set();
+    // SAFETY: the closure runs in the child between fork and exec and only calls sigprocmask,
+    // which is async-signal-safe, with a set initialized before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            check(libc::sigprocmask(
+                libc::SIG_UNBLOCK,
+                &set,
+                std::ptr::null_mut(),
+            ))?;
+            Ok(())
+        });
+    }
+}
+
+/// Starts a thread that forwards to process `child` every SIGINT, SIGTERM and SIGHUP that
+/// another process sends this one with `kill` (which must have been spawned after
+/// [`block_forwarded_signals`]). Signals the kernel generates for a terminal (Ctrl-C, hangup)
+/// are not forwarded: they go to the whole foreground process group, the child included, and
+/// forwarding them would deliver them twice. Returns the last signal forwarded (0: none).
+pub fn forward_signals(child: u32) -> Arc<std::sync::atomic::AtomicI32> {
+    let last = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let seen = last.clone();
+    std::thread::spawn(move || {
+        let set = forwarded_set();
+        loop {
+            // SAFETY: siginfo_t is plain data, filled in by sigwaitinfo.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `set` is initialized and `info` is a valid out-pointer.
+            let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+            if sig < 0 {
+                continue; // EINTR
+            }
+            // si_code <= 0: sent by a process (SI_USER, SI_QUEUE, SI_TKILL); > 0: the kernel.
+            if info.si_code > 0 {
+                continue;
+            }
+            seen.store(sig, Ordering::SeqCst);
+            // SAFETY: sends a signal to our child's pid; at worst (the child was reaped) the
+            // pid is gone and kill fails with ESRCH.
+            unsafe { libc::kill(child as libc::pid_t, sig) };
+        }
+    });
+    last
+}

@@ -1,0 +1,234 @@
+//! Looking at a lock without changing it: its state, its owner, its guard and its leftovers.
+
+use crate::error::Error;
+use crate::liveness::{Judgement, Liveness};
+use crate::owner::Owner;
+use crate::paths::{classify, guard_name, Entry, GUARD_MARKER};
+use crate::protocol::{Seen, Space};
+use crate::sys::{Identity, System};
+use std::io;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+/// What a lock looks like right now (see [`crate::LockRequest::status`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Status {
+    /// The lock's path.
+    pub path: PathBuf,
+    /// The lock's name in its directory.
+    pub name: String,
+    /// Its state.
+    pub state: State,
+    /// The owner record, when there is a readable one.
+    pub owner: Option<Owner>,
+    /// Why the owner was judged as it was (or what is malformed).
+    pub reason: Option<String>,
+    /// When the lock was taken (its directory's modification time).
+    pub since: Option<SystemTime>,
+    /// The reclaim guard.
+    pub guard: GuardState,
+    /// Candidates staged for this lock (being acquired, or left by a crash).
+    pub candidates: Vec<Leftover>,
+    /// Tombstones of this lock (released or reclaimed, not yet reaped).
+    pub tombstones: Vec<Leftover>,
+}
+
+/// The state of a lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum State {
+    /// Nobody holds it.
+    Free,
+    /// A live owner holds it.
+    Held,
+    /// Its owner is gone, proven by the kernel: the next acquisition reclaims it at once.
+    DeadByProof,
+    /// Its owner is gone by evidence; it is reclaimed once `remaining` is zero.
+    DeadByEvidence {
+        /// Time left in the grace period.
+        remaining: Duration,
+    },
+    /// Its owner cannot be judged from here (another host or pid namespace).
+    Unknown,
+    /// Its record cannot be trusted.
+    Malformed {
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+impl State {
+    /// A stable one-word name: `free`, `held`, `dead-by-proof`, `dead-by-evidence`, `unknown`,
+    /// `malformed`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Free => "free",
+            State::Held => "held",
+            State::DeadByProof => "dead-by-proof",
+            State::DeadByEvidence { .. } => "dead-by-evidence",
+            State::Unknown => "unknown",
+            State::Malformed { .. } => "malformed",
+        }
+    }
+}
+
+/// The state of a lock's reclaim guard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GuardState {
+    /// No guard: nobody is reclaiming.
+    Absent,
+    /// A process is reclaiming under it right now.
+    Busy,
+    /// Left behind by a crash. A `marked` one (this crate's) is reused at once by the next
+    /// reclaimer; an unmarked one (another implementation's) once it is older than the grace
+    /// period.
+    Leftover {
+        /// Whether it carries this crate's marker.
+        marked: bool,
+        /// How old it is.
+        age: Duration,
+    },
+}
+
+impl GuardState {
+    /// A stable one-word name: `absent`, `busy`, `leftover`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            GuardState::Absent => "absent",
+            GuardState::Busy => "busy",
+            GuardState::Leftover { .. } => "leftover",
+        }
+    }
+}
+
+/// A candidate or tombstone directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leftover {
+    /// Its name in the lock directory.
+    pub name: String,
+    /// How old it is (since its last modification).
+    pub age: Duration,
+    /// For a candidate: whether its creator still holds its beacon (`None` when it cannot be
+    /// told, or for a tombstone).
+    pub creator_alive: Option<bool>,
+}
+
+fn age<S: System>(sys: &S, t: SystemTime) -> Duration {
+    sys.now().duration_since(t).unwrap_or(Duration::ZERO)
+}
+
+/// The status of lock `name`, given the lock directory's entries (listed once by the caller).
+pub(crate) fn status<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    me: &Identity,
+    grace: Duration,
+    entries: &[String],
+) -> Result<Status, Error> {
+    let mut st = Status {
+        path: sp.entry(name),
+        name: name.to_owned(),
+        state: State::Free,
+        owner: None,
+        reason: None,
+        since: None,
+        guard: GuardState::Absent,
+        candidates: Vec::new(),
+        tombstones: Vec::new(),
+    };
+    match sp.observe(name)? {
+        Seen::Gone => {}
+        Seen::Malformed(problem) => {
+            st.reason = Some(problem.clone());
+            st.state = State::Malformed { problem };
+        }
+        Seen::Owned { dir, meta, owner } => {
+            let Judgement { liveness, reason } = sp.judge(&dir, &owner, me);
+            st.state = match liveness {
+                Liveness::Live => State::Held,
+                Liveness::Unknown => State::Unknown,
+                Liveness::DeadByProof => State::DeadByProof,
+                Liveness::DeadByEvidence => State::DeadByEvidence {
+                    remaining: grace.saturating_sub(age(sp.sys, meta.mtime)),
+                },
+            };
+            st.reason = Some(reason);
+            st.since = Some(meta.mtime);
+            st.owner = Some(owner);
+        }
+    }
+    st.guard = guard_state(sp, name)?;
+    for entry in entries {
+        match classify(entry) {
+            Entry::Candidate { lock, .. } if lock == name => {
+                let Ok(meta) = sp.sys.meta_at(sp.dir, entry) else {
+                    continue; // gone meanwhile
+                };
+                let creator_alive = sp
+                    .sys
+                    .open_dir_at(sp.dir, entry)
+                    .ok()
+                    .and_then(|d| sp.sys.try_lock(&d, false).ok())
+                    .map(|free| !free);
+                st.candidates.push(Leftover {
+                    name: entry.clone(),
+                    age: age(sp.sys, meta.mtime),
+                    creator_alive,
+                });
+            }
+            Entry::Tombstone { lock } if lock == name => {
+                if let Ok(meta) = sp.sys.meta_at(sp.dir, entry) {
+                    st.tombstones.push(Leftover {
+                        name: entry.clone(),
+                        age: age(sp.sys, meta.mtime),
+                        creator_alive: None,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(st)
+}
+
+fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error> {
+    let gname = guard_name(name);
+    let guard = match sp.sys.open_dir_at(sp.dir, &gname) {
+        Ok(g) => g,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(GuardState::Absent),
+        Err(e) => return Err(Error::io("open the reclaim guard", sp.entry(&gname), e)),
+    };
+    // A shared probe: it never conflicts with another prober, only with a reclaimer.
+    if !sp.sys.try_lock(&guard, false).unwrap_or(true) {
+        return Ok(GuardState::Busy);
+    }
+    let meta = sp
+        .sys
+        .meta(&guard)
+        .map_err(|e| Error::io("inspect the reclaim guard", sp.entry(&gname), e))?;
+    Ok(GuardState::Leftover {
+        marked: sp.sys.meta_at(&guard, GUARD_MARKER).is_ok(),
+        age: age(sp.sys, meta.mtime),
+    })
+}
+
+/// The names of the locks that have any entry (lock, candidate, tombstone, guard) in a lock
+/// directory listing, sorted.
+pub(crate) fn lock_names(entries: &[String]) -> Vec<String> {
+    let mut names: Vec<String> = entries
+        .iter()
+        .filter_map(|e| match classify(e) {
+            Entry::Lock(n) => Some(n),
+            Entry::Candidate { lock, .. } | Entry::Tombstone { lock } | Entry::Guard { lock } => {
+                Some(lock)
+            }
+            Entry::Other => None,
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}

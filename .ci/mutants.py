@@ -5,7 +5,7 @@ Usage: python3 .ci/mutants.py [NAME...]   (run from the repository root)
 Every mutant must make its test fail (or hang past the timeout); a mutant that passes means
 the test has no teeth for it, and the script exits 1.
 """
-import subprocess, sys
+import os, signal, subprocess, sys
 
 MUTANTS = [
     ("publish-treats-EEXIST-as-won", "src/protocol.rs",
@@ -77,6 +77,24 @@ MUTANTS = [
     ("no-plain-rename-fallback", "src/sys/unix.rs",
      "Some(libc::EINVAL) | Some(libc::ENOSYS) => {", "Some(libc::ENOSYS) => {",
      "it", "crash::publish_falls_back_to_plain_rename_where_renameat2_is_refused"),
+    ("run-does-not-forward-signals", "src/bin/dirlock.rs",
+     "    dirlock::__cli::forward_signals(child.id());\n", "",
+     "it", "cli::sigint_is_forwarded_and_the_lock_released_after_the_command_exits"),
+    ("beacon-not-kept-by-the-command", "src/guard.rs",
+     "        crate::sys::keep_open_in_child(cmd, self.held().beacon.as_raw_fd());\n", "",
+     "it", "cli::a_killed_wrapper_leaves_the_lock_held_until_its_command_exits"),
+    ("nested-run-waits-for-its-parent", "src/locks.rs",
+     "if let Some(pid) = held_by_parent(&lock_path) {", "if let Some(pid) = held_by_parent(&lock_path).filter(|_| false) {",
+     "it", "cli::a_nested_run_of_the_same_lock_is_told_its_parent_holds_it"),
+    ("sweep-ignores-the-candidate-beacon", "src/protocol.rs",
+     "match sp.sys.try_lock(&dir, false) {\n                    Ok(true) => {}", "match Ok::<bool, io::Error>(true) {\n                    Ok(true) => {}",
+     "it", "cli::sweep_removes_only_what_it_may"),
+    ("unlock-removes-the-living", "src/protocol.rs",
+     "if !judgement.liveness.is_dead() {", "if false && !judgement.liveness.is_dead() {",
+     "it", "cli::unlock_removes_only_the_dead"),
+    ("unlock-force-ignores-the-beacon", "src/protocol.rs",
+     "if !sp.sys.try_lock(&dir, false).unwrap_or(false) {", "if false {",
+     "it", "cli::unlock_force_refuses_a_malformed_lock_whose_beacon_is_held"),
 ]
 
 def main():
@@ -90,11 +108,19 @@ def main():
             print(f"{name}: pattern not found exactly once in {path}"); survived.append(name); continue
         open(path, "w").write(src.replace(old, new))
         try:
-            r = subprocess.run(["timeout", "30", "cargo", "test", "-q", "--test", binary, "--", "--exact", test],
-                               capture_output=True, text=True)
-            caught = r.returncode != 0
-            how = "hung (timeout)" if r.returncode == 124 else ("failed" if caught else "PASSED")
-            if "error[E" in r.stderr:
+            # Its own process group, so that a hung test and everything it started die with it.
+            p = subprocess.Popen(["cargo", "test", "-q", "--test", binary, "--", "--exact", test],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+            try:
+                _, err = p.communicate(timeout=60)
+                how = "failed" if p.returncode != 0 else "PASSED"
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                _, err = p.communicate()
+                how = "hung (killed after 60 s)"
+            caught = how != "PASSED"
+            if "error[E" in err:
                 how = "did not compile"; caught = False
             print(f"{name:34} -> {test}: {how}")
             if not caught:

@@ -101,6 +101,8 @@ mod owner;
 pub mod paths;
 mod protocol;
 mod reclaim;
+#[cfg(test)]
+mod sim;
 mod sys;
 
 pub use error::Error;

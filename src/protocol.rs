@@ -729,10 +729,12 @@ pub struct Sweep {
     pub kept: Vec<(String, String)>,
 }
 
-/// Sweep: reap every tombstone, and retire-then-reap every candidate whose creator is dead (its
-/// beacon is free and it is older than `grace`, since a candidate is briefly beacon-less while
-/// it is made). Locks and guards are never touched.
+/// Sweep: reap every tombstone, and retire-then-reap every candidate older than `grace` whose
+/// creator is dead: its beacon is free (a candidate is briefly beacon-less while it is made,
+/// hence the age), or, where there is no flock, its record judges it dead. Locks and guards are
+/// never touched.
 pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, Error> {
+    let me = &sp.sys.identity();
     let entries = sp
         .sys
         .list(sp.dir)
@@ -771,6 +773,8 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
                     continue;
                 };
                 match sp.sys.try_lock(&dir, false) {
+                    // Its beacon is free: its creator is gone (a fresh candidate, briefly
+                    // without one, was ruled out by its age).
                     Ok(true) => {}
                     Ok(false) => {
                         keep(
@@ -779,8 +783,20 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
                         );
                         continue;
                     }
+                    // No flock here: judge the creator by its record, like any owner. A
+                    // candidate with no record after the grace period lost its creator before
+                    // it could write one.
+                    Err(e) if is(&e, Errno::LockUnsupported) => {
+                        if let Ok(owner) = sp.read_owner(&dir) {
+                            let judgement = sp.judge(&dir, &owner, me);
+                            if !judgement.liveness.is_dead() {
+                                keep(&entry, &format!("its creator is {judgement}"));
+                                continue;
+                            }
+                        }
+                    }
                     Err(_) => {
-                        keep(&entry, "its creator cannot be probed (no flock here)");
+                        keep(&entry, "its creator cannot be probed");
                         continue;
                     }
                 }

@@ -1,0 +1,1397 @@
+//! Deterministic simulation of the protocol (test builds only).
+//!
+//! The protocol code itself ([`protocol::acquire`], [`protocol::release`], [`protocol::sweep`],
+//! [`protocol::unlock`] and the reclaim under them) runs over [`SimSys`], an in-memory model of
+//! the few system calls of the [`System`] seam: directories and files with modes and mtimes,
+//! open file descriptions with `flock`s, processes with pids and start times, a virtual clock,
+//! and inotify-like change counters. Each simulated process runs its script on an OS thread of
+//! its own, but only one runs at a time: every system call is a scheduling point where it hands
+//! a baton back to the scheduler, which picks who runs next (seeded at random, or exhaustively
+//! by depth-first search within a preemption bound) and may crash any process there, as
+//! `SIGKILL` would: its descriptors close (dropping its `flock`s) and its thread unwinds
+//! without touching the model again. After every step the invariants I1 to I9 of the protocol
+//! are checked against the model's ground truth.
+//!
+//! A failing seed prints the violation and the last steps; `SIM_DEBUG=1` also prints every
+//! scheduling decision. Modes: working `flock` (owners judged by their beacon), no `flock`
+//! (judged by pid, grace periods waited out, pids reused), hostile input (an intruder's empty
+//! directory at the lock path), and the test-only mutants of [`Mutant`].
+
+use crate::error::Error;
+use crate::options::{Options, Wait};
+use crate::owner::Owner;
+use crate::paths::{classify, guard_name, Entry, OWNER_FILE};
+use crate::protocol::{self, Request, Space};
+use crate::sys::{CancelHandle, FileId, Identity, Kind, Meta, Mutant, System, Wake};
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+type Ino = u64;
+const ROOT: Ino = 1;
+const UID: u32 = 1000;
+const LOCK: &str = "x.lock";
+/// Each system call takes this long on the virtual clock.
+const TICK: Duration = Duration::from_millis(1);
+
+/// The unwinding payload of a crashed process.
+struct Crashed;
+
+#[derive(Debug)]
+enum Node {
+    Dir(BTreeMap<String, Ino>),
+    File(Vec<u8>),
+}
+
+#[derive(Debug)]
+struct Inode {
+    node: Node,
+    mode: u32,
+    mtime: Duration,
+    /// Bumped by events a watcher cares about (close, move, removal, mode change).
+    epoch: u64,
+    /// Made by the intruder (hostile input), not by the protocol.
+    foreign: bool,
+}
+
+#[derive(Debug)]
+struct Ofd {
+    ino: Ino,
+    slot: usize,
+    lock: Option<bool>, // Some(exclusive)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Status {
+    /// The thread has not reached its first scheduling point yet.
+    Starting,
+    Running,
+    Ready,
+    Sleeping {
+        until: Option<Duration>,
+        watch: Option<(Ino, u64)>,
+    },
+    Done,
+}
+
+#[derive(Debug)]
+struct Proc {
+    pid: u32,
+    start: u64,
+    alive: bool,
+    crashed: bool,
+    status: Status,
+}
+
+/// What one simulated process does.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Script {
+    /// Acquire and release `rounds` times, with this wait policy.
+    Worker { rounds: u32, wait: Wait },
+    /// Sweep the lock directory once.
+    Sweeper,
+    /// An operator's `unlock` (dead owners only).
+    Unlocker,
+    /// Hostile input: makes an empty directory at the lock path while it is free.
+    Intruder,
+}
+
+struct State {
+    turn: Option<usize>,
+    procs: Vec<Proc>,
+    inodes: HashMap<Ino, Inode>,
+    next_ino: Ino,
+    ofds: HashMap<u64, Ofd>,
+    next_fd: u64,
+    mono: Duration,
+    tokens: HashMap<String, usize>,
+    next_token: u64,
+    inside: Vec<usize>,
+    violations: Vec<String>,
+    trace: Vec<String>,
+    mutant: Mutant,
+    /// Every flock fails with ENOLCK, as on filesystems without it: owners are judged by pid.
+    no_flock: bool,
+    /// Who wrote the marker in each guard directory (the guard's holder where there is no flock).
+    marked_by: HashMap<Ino, usize>,
+}
+
+pub(crate) struct World {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+fn err(kind: io::ErrorKind) -> io::Error {
+    io::Error::from(kind)
+}
+
+fn errno(n: i32) -> io::Error {
+    io::Error::from_raw_os_error(n)
+}
+
+const EEXIST: i32 = 17;
+const ENOTDIR: i32 = 20;
+const ENOTEMPTY: i32 = 39;
+
+impl State {
+    fn wall(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000) + self.mono
+    }
+
+    /// The process with this pid: the live one if the pid was reused.
+    fn slot_of_pid(&self, pid: u32) -> Option<usize> {
+        self.procs
+            .iter()
+            .position(|p| p.pid == pid && p.alive)
+            .or_else(|| self.procs.iter().position(|p| p.pid == pid))
+    }
+
+    fn violation(&mut self, what: String) {
+        let trace = self.trace[self.trace.len().saturating_sub(40)..].join("\n  ");
+        self.violations
+            .push(format!("{what}\n  last steps:\n  {trace}"));
+    }
+
+    fn dir_entries(&self, ino: Ino) -> io::Result<&BTreeMap<String, Ino>> {
+        match self.inodes.get(&ino).map(|i| &i.node) {
+            Some(Node::Dir(e)) => Ok(e),
+            Some(_) => Err(errno(ENOTDIR)),
+            None => Err(err(io::ErrorKind::NotFound)),
+        }
+    }
+
+    fn dir_entries_mut(&mut self, ino: Ino) -> io::Result<&mut BTreeMap<String, Ino>> {
+        match self.inodes.get_mut(&ino).map(|i| &mut i.node) {
+            Some(Node::Dir(e)) => Ok(e),
+            Some(_) => Err(errno(ENOTDIR)),
+            None => Err(err(io::ErrorKind::NotFound)),
+        }
+    }
+
+    fn lookup(&self, dir: Ino, name: &str) -> io::Result<Ino> {
+        self.dir_entries(dir)?
+            .get(name)
+            .copied()
+            .ok_or_else(|| err(io::ErrorKind::NotFound))
+    }
+
+    fn meta(&self, ino: Ino) -> Meta {
+        let i = &self.inodes[&ino];
+        let (kind, size, nlink) = match &i.node {
+            Node::Dir(e) => (Kind::Dir, 4096, 2 + e.len() as u64),
+            Node::File(d) => (Kind::File, d.len() as u64, 1),
+        };
+        Meta {
+            id: FileId { dev: 1, ino },
+            kind,
+            uid: UID,
+            mode: i.mode,
+            size,
+            nlink,
+            mtime: UNIX_EPOCH + Duration::from_secs(1_700_000_000) + i.mtime,
+        }
+    }
+
+    fn touch(&mut self, ino: Ino) {
+        let now = self.mono;
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.mtime = now;
+        }
+    }
+
+    fn bump(&mut self, ino: Ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.epoch += 1;
+        }
+    }
+
+    fn new_inode(&mut self, node: Node, mode: u32, foreign: bool) -> Ino {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        let mtime = self.mono;
+        self.inodes.insert(
+            ino,
+            Inode {
+                node,
+                mode,
+                mtime,
+                epoch: 0,
+                foreign,
+            },
+        );
+        ino
+    }
+
+    fn open(&mut self, slot: usize, ino: Ino) -> u64 {
+        let fd = self.next_fd;
+        self.next_fd += 1;
+        self.ofds.insert(
+            fd,
+            Ofd {
+                ino,
+                slot,
+                lock: None,
+            },
+        );
+        fd
+    }
+
+    fn close(&mut self, fd: u64) {
+        if let Some(ofd) = self.ofds.remove(&fd) {
+            self.bump(ofd.ino);
+        }
+    }
+
+    fn crash(&mut self, slot: usize) {
+        let p = &mut self.procs[slot];
+        p.alive = false;
+        p.crashed = true;
+        let fds: Vec<u64> = self
+            .ofds
+            .iter()
+            .filter(|(_, o)| o.slot == slot)
+            .map(|(fd, _)| *fd)
+            .collect();
+        for fd in fds {
+            self.close(fd);
+        }
+        self.inside.retain(|s| *s != slot);
+        self.trace.push(format!("CRASH p{slot}"));
+    }
+
+    /// The record of the lock directory `ino`, if complete.
+    fn record(&self, ino: Ino) -> Option<Owner> {
+        let rec = *self.dir_entries(ino).ok()?.get(OWNER_FILE)?;
+        match &self.inodes.get(&rec)?.node {
+            Node::File(d) => Owner::parse(d).ok(),
+            Node::Dir(_) => None,
+        }
+    }
+
+    /// Whether `slot` holds the guard of lock `name`: an exclusive flock on it, or, where
+    /// there is no flock, the guard it marked and still has open.
+    fn holds_guard(&self, slot: usize, name: &str) -> bool {
+        let Ok(g) = self.lookup(ROOT, &guard_name(name)) else {
+            return false;
+        };
+        let open = |lock: Option<bool>| {
+            self.ofds
+                .values()
+                .any(|o| o.ino == g && o.slot == slot && (lock.is_none() || o.lock == lock))
+        };
+        open(Some(true)) || (self.no_flock && self.marked_by.get(&g) == Some(&slot) && open(None))
+    }
+
+    /// I2 and I8, checked after every step: a published lock is a private directory with a
+    /// complete, private record.
+    fn check(&mut self) {
+        let entries: Vec<(String, Ino)> = match self.dir_entries(ROOT) {
+            Ok(e) => e.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            Err(_) => return,
+        };
+        for (name, ino) in entries {
+            if !matches!(classify(&name), Entry::Lock(_)) || self.inodes[&ino].foreign {
+                continue;
+            }
+            let i = &self.inodes[&ino];
+            if i.mode != 0o700 {
+                let m = i.mode;
+                self.violation(format!("I8: lock {name} has mode {m:o}"));
+            }
+            let rec = self
+                .dir_entries(ino)
+                .ok()
+                .and_then(|e| e.get(OWNER_FILE).copied());
+            match rec {
+                Some(r) if self.inodes[&r].mode != 0o600 => {
+                    self.violation(format!("I8: {name}/owner.json is not 0600"))
+                }
+                Some(_) if self.record(ino).is_some() => {}
+                _ => self.violation(format!(
+                    "I2: lock {name} is published without a complete record"
+                )),
+            }
+        }
+    }
+}
+
+impl World {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A scheduling point: hand the baton back and wait to be picked again. A process that was
+    /// crashed meanwhile unwinds from here.
+    fn yield_point(&self, slot: usize, status: Status) -> MutexGuard<'_, State> {
+        let mut st = self.lock();
+        st.procs[slot].status = status;
+        // Only the baton's holder gives it back (a starting thread never held it).
+        if st.turn == Some(slot) {
+            st.turn = None;
+        }
+        self.cv.notify_all();
+        while st.turn != Some(slot) {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        if st.procs[slot].crashed {
+            drop(st);
+            resume_unwind(Box::new(Crashed));
+        }
+        st.procs[slot].status = Status::Running;
+        st.mono += TICK;
+        st
+    }
+
+    fn finish(&self, slot: usize) {
+        let mut st = self.lock();
+        st.procs[slot].status = Status::Done;
+        if st.turn == Some(slot) {
+            st.turn = None;
+        }
+        self.cv.notify_all();
+    }
+}
+
+/// One simulated process's view of the system.
+pub(crate) struct SimSys {
+    world: Arc<World>,
+    slot: usize,
+}
+
+/// An open directory of a simulated process.
+pub(crate) struct SimDir {
+    world: Arc<World>,
+    fd: u64,
+}
+
+impl Drop for SimDir {
+    fn drop(&mut self) {
+        // A crashed process's descriptors were closed when it crashed.
+        self.world.lock().close(self.fd);
+    }
+}
+
+impl SimSys {
+    fn call<T>(&self, what: &str, op: impl FnOnce(&mut State, usize) -> T) -> T
+    where
+        T: std::fmt::Debug,
+    {
+        let mut st = self.world.yield_point(self.slot, Status::Ready);
+        let r = op(&mut st, self.slot);
+        let line = format!("p{} {what} -> {r:?}", self.slot);
+        st.trace.push(line);
+        st.check();
+        r
+    }
+
+    fn ino(&self, st: &State, d: &SimDir) -> io::Result<Ino> {
+        st.ofds.get(&d.fd).map(|o| o.ino).ok_or_else(|| errno(9)) // EBADF
+    }
+
+    fn dir(&self, fd: u64) -> SimDir {
+        SimDir {
+            world: self.world.clone(),
+            fd,
+        }
+    }
+
+    fn root(&self) -> SimDir {
+        let fd = self.world.lock().open(self.slot, ROOT);
+        self.dir(fd)
+    }
+}
+
+impl System for SimSys {
+    type Dir = SimDir;
+    type Watch = (Ino, u64);
+
+    fn identity(&self) -> Identity {
+        let st = self.world.lock();
+        let p = &st.procs[self.slot];
+        Identity {
+            pid: p.pid,
+            start_time: Some(p.start),
+            boot_id: Some("sim-boot".into()),
+            host: Some("sim".into()),
+            pid_namespace: Some("pid:[sim]".into()),
+            uid: UID,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.world.lock().procs[self.slot].pid
+    }
+
+    fn now(&self) -> SystemTime {
+        self.world.lock().wall()
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.world.lock().mono
+    }
+
+    fn token(&self) -> String {
+        let mut st = self.world.lock();
+        st.next_token += 1;
+        let t = format!("tok-{}-{}", self.slot, st.next_token);
+        st.tokens.insert(t.clone(), self.slot);
+        t
+    }
+
+    fn open_dir_path(&self, _: &Path) -> io::Result<SimDir> {
+        Ok(self.root())
+    }
+
+    fn open_dir_at(&self, at: &SimDir, name: &str) -> io::Result<SimDir> {
+        let fd = self.call(&format!("open {name}"), |st, slot| {
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            match st.inodes[&ino].node {
+                Node::Dir(_) => Ok(st.open(slot, ino)),
+                Node::File(_) => Err(errno(ENOTDIR)),
+            }
+        })?;
+        Ok(self.dir(fd))
+    }
+
+    fn mkdir_at(&self, at: &SimDir, name: &str) -> io::Result<()> {
+        self.call(&format!("mkdir {name}"), |st, _| {
+            let dir = self.ino(st, at)?;
+            if st.dir_entries(dir)?.contains_key(name) {
+                return Err(errno(EEXIST));
+            }
+            let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
+            st.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
+            st.touch(dir);
+            Ok(())
+        })
+    }
+
+    fn meta(&self, dir: &SimDir) -> io::Result<Meta> {
+        let st = self.world.lock();
+        let ino = self.ino(&st, dir)?;
+        Ok(st.meta(ino))
+    }
+
+    fn meta_at(&self, at: &SimDir, name: &str) -> io::Result<Meta> {
+        self.call(&format!("stat {name}"), |st, _| {
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            Ok(st.meta(ino))
+        })
+    }
+
+    fn set_mode(&self, dir: &SimDir, mode: u32) -> io::Result<()> {
+        let mut st = self.world.lock();
+        let ino = self.ino(&st, dir)?;
+        st.inodes.get_mut(&ino).expect("open inode").mode = mode;
+        st.bump(ino);
+        Ok(())
+    }
+
+    fn create_file_at(
+        &self,
+        at: &SimDir,
+        name: &str,
+        contents: &[u8],
+        _sync: bool,
+    ) -> io::Result<()> {
+        // Two steps, so that a crash can leave an empty file behind.
+        let file = self.call(&format!("create {name}"), |st, slot| {
+            let dir = self.ino(st, at)?;
+            if name == crate::paths::GUARD_MARKER {
+                // Marking a guard (or finding it marked, when reusing one left by a crash) is
+                // where a reclaimer starts working under it.
+                st.marked_by.insert(dir, slot);
+            }
+            if st.dir_entries(dir)?.contains_key(name) {
+                return Err(errno(EEXIST));
+            }
+            let ino = st.new_inode(Node::File(Vec::new()), 0o600, false);
+            st.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
+            st.touch(dir);
+            Ok(ino)
+        })?;
+        self.call(&format!("write {name}"), |st, _| {
+            if let Some(Inode {
+                node: Node::File(d),
+                ..
+            }) = st.inodes.get_mut(&file)
+            {
+                d.extend_from_slice(contents);
+            }
+            Ok(())
+        })
+    }
+
+    fn read_file_at(&self, at: &SimDir, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
+        self.call(&format!("read {name}"), |st, _| {
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            let data = match &st.inodes[&ino].node {
+                Node::File(d) => d[..d.len().min(limit + 1)].to_vec(),
+                Node::Dir(_) => Vec::new(),
+            };
+            Ok((st.meta(ino), data))
+        })
+    }
+
+    fn sync_dir(&self, _: &SimDir) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn rename_noreplace(&self, at: &SimDir, from: &str, to: &str) -> io::Result<()> {
+        self.call(&format!("rename {from} -> {to}"), |st, slot| {
+            let dir = self.ino(st, at)?;
+            let src = st.lookup(dir, from)?;
+            if let Ok(dst) = st.lookup(dir, to) {
+                let empty_dir = matches!(&st.inodes[&dst].node, Node::Dir(e) if e.is_empty());
+                if st.mutant != Mutant::PlainRename || !empty_dir {
+                    return Err(errno(if empty_dir { EEXIST } else { ENOTEMPTY }));
+                }
+                // Plain rename replaces an empty directory: whatever stood at `to` is gone.
+                if matches!(classify(to), Entry::Lock(_)) {
+                    st.violation(format!(
+                        "I3: p{slot} replaced the directory at {to} by renaming over it"
+                    ));
+                }
+                st.inodes.remove(&dst);
+            }
+            if let Entry::Lock(lock) = classify(from) {
+                // Moving a lock away: only its holder, or the single guard holder for a dead
+                // owner (I4, I5, I6).
+                let token_slot = st
+                    .record(src)
+                    .and_then(|o| st.tokens.get(&o.token).copied());
+                if token_slot != Some(slot) {
+                    if !st.holds_guard(slot, &lock) {
+                        st.violation(format!(
+                            "I5: p{slot} moved {lock} away without holding its guard"
+                        ));
+                    }
+                    if let Some(owner) = token_slot {
+                        if st.procs[owner].alive {
+                            st.violation(format!(
+                                "I6: p{slot} moved away the lock of live p{owner}"
+                            ));
+                        }
+                    }
+                }
+            }
+            let entries = st.dir_entries_mut(dir)?;
+            entries.remove(from);
+            entries.insert(to.to_owned(), src);
+            st.touch(dir);
+            st.bump(src);
+            Ok(())
+        })
+    }
+
+    fn remove_file_at(&self, at: &SimDir, name: &str) -> io::Result<()> {
+        self.call(&format!("unlink {name}"), |st, slot| {
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            if matches!(st.inodes[&ino].node, Node::Dir(_)) {
+                return Err(errno(21)); // EISDIR
+            }
+            // I3: never delete the record of a published lock.
+            let published = st
+                .dir_entries(ROOT)
+                .map(|e| {
+                    e.iter()
+                        .any(|(n, i)| *i == dir && matches!(classify(n), Entry::Lock(_)))
+                })
+                .unwrap_or(false);
+            if published && name == OWNER_FILE {
+                st.violation(format!(
+                    "I3: p{slot} deleted the record of a published lock"
+                ));
+            }
+            st.dir_entries_mut(dir)?.remove(name);
+            st.inodes.remove(&ino);
+            st.touch(dir);
+            Ok(())
+        })
+    }
+
+    fn remove_dir_at(&self, at: &SimDir, name: &str) -> io::Result<()> {
+        self.call(&format!("rmdir {name}"), |st, slot| {
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            match &st.inodes[&ino].node {
+                Node::Dir(e) if !e.is_empty() => return Err(errno(ENOTEMPTY)),
+                Node::Dir(_) => {}
+                Node::File(_) => return Err(errno(ENOTDIR)),
+            }
+            if dir == ROOT && matches!(classify(name), Entry::Lock(_)) {
+                st.violation(format!(
+                    "I3: p{slot} removed the lock directory {name} in place"
+                ));
+            }
+            st.dir_entries_mut(dir)?.remove(name);
+            st.bump(ino);
+            st.touch(dir);
+            Ok(())
+        })
+    }
+
+    fn list(&self, dir: &SimDir) -> io::Result<Vec<String>> {
+        self.call("list", |st, _| {
+            let ino = self.ino(st, dir)?;
+            Ok(st.dir_entries(ino)?.keys().cloned().collect())
+        })
+    }
+
+    fn try_lock(&self, dir: &SimDir, exclusive: bool) -> io::Result<bool> {
+        let fd = dir.fd;
+        self.call(
+            &format!("flock {}", if exclusive { "EX" } else { "SH" }),
+            |st, _| {
+                let ino = self.ino(st, dir)?;
+                if st.no_flock {
+                    return Err(errno(37)); // ENOLCK
+                }
+                let conflict = st.ofds.iter().any(|(f, o)| {
+                    *f != fd && o.ino == ino && o.lock.is_some_and(|x| x || exclusive)
+                });
+                if conflict {
+                    return Ok(false);
+                }
+                st.ofds.get_mut(&fd).expect("open").lock = Some(exclusive);
+                Ok(true)
+            },
+        )
+    }
+
+    fn process_alive(&self, pid: u32) -> Option<bool> {
+        self.call(&format!("kill {pid} 0"), |st, _| {
+            Some(st.slot_of_pid(pid).is_some_and(|s| st.procs[s].alive))
+        })
+    }
+
+    fn start_time(&self, pid: u32) -> Option<u64> {
+        let st = self.world.lock();
+        st.slot_of_pid(pid)
+            .filter(|s| st.procs[*s].alive)
+            .map(|s| st.procs[s].start)
+    }
+
+    fn watch(&self, lock: &SimDir, _pid: Option<u32>) -> io::Result<Option<(Ino, u64)>> {
+        let st = self.world.lock();
+        let ino = self.ino(&st, lock)?;
+        Ok(Some((ino, st.inodes.get(&ino).map_or(0, |i| i.epoch))))
+    }
+
+    fn sleep(
+        &self,
+        watch: Option<&(Ino, u64)>,
+        timeout: Option<Duration>,
+        _cancel: Option<&CancelHandle>,
+    ) -> io::Result<Wake> {
+        let until = {
+            let st = self.world.lock();
+            timeout.map(|t| st.mono + t)
+        };
+        let st = self.world.yield_point(
+            self.slot,
+            Status::Sleeping {
+                until,
+                watch: watch.copied(),
+            },
+        );
+        let changed =
+            watch.is_some_and(|(ino, epoch)| st.inodes.get(ino).is_none_or(|i| i.epoch != *epoch));
+        Ok(if changed {
+            Wake::Changed
+        } else {
+            Wake::TimedOut
+        })
+    }
+
+    fn mutant(&self) -> Mutant {
+        self.world.lock().mutant
+    }
+}
+
+/// Picks what happens at each scheduling point: one of `runs` processes to run, or one of
+/// `crashes` processes to crash (the options are numbered runs first).
+pub(crate) trait Strategy {
+    /// Chooses an option (`runs >= 1`).
+    fn choose(&mut self, runs: usize, crashes: usize) -> usize;
+}
+
+/// Seeded pseudo-random choices (xorshift); a crash at any point with probability
+/// `crash_permille / 1000`.
+pub(crate) struct Random {
+    state: u64,
+    crash_permille: u64,
+}
+
+impl Random {
+    pub fn new(seed: u64) -> Random {
+        Random {
+            state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            crash_permille: 15,
+        }
+    }
+    fn next(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+}
+
+impl Strategy for Random {
+    fn choose(&mut self, runs: usize, crashes: usize) -> usize {
+        if crashes > 0 && self.next() % 1000 < self.crash_permille {
+            runs + (self.next() % crashes as u64) as usize
+        } else {
+            (self.next() % runs as u64) as usize
+        }
+    }
+}
+
+/// Replays a prefix of choices, then takes the first option, recording how many options each
+/// point had: the engine of a depth-first search over all schedules.
+pub(crate) struct Replay {
+    pub prefix: Vec<usize>,
+    pub taken: Vec<(usize, usize)>, // (choice, options)
+}
+
+impl Strategy for Replay {
+    fn choose(&mut self, runs: usize, crashes: usize) -> usize {
+        let n = runs + crashes;
+        let i = self.taken.len();
+        let c = self.prefix.get(i).copied().unwrap_or(0).min(n - 1);
+        self.taken.push((c, n));
+        c
+    }
+}
+
+/// A simulation's shape.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub scripts: Vec<Script>,
+    pub mutant: Mutant,
+    pub grace: Duration,
+    /// Crashes allowed per process.
+    pub crashes: u32,
+    /// Context switches away from a runnable process allowed (None: unbounded).
+    pub preemptions: Option<u32>,
+    /// Simulate a filesystem without flock.
+    pub no_flock: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Choice {
+    Run(usize),
+    Crash(usize),
+}
+
+/// Runs one simulation; `Err` holds the violations found, with the steps that led to them.
+pub(crate) fn run(cfg: &Config, strategy: &mut dyn Strategy) -> Result<usize, String> {
+    let world = Arc::new(World {
+        state: Mutex::new(State {
+            turn: None,
+            procs: Vec::new(),
+            inodes: HashMap::new(),
+            next_ino: ROOT + 1,
+            ofds: HashMap::new(),
+            next_fd: 3,
+            mono: Duration::from_secs(1),
+            tokens: HashMap::new(),
+            next_token: 0,
+            inside: Vec::new(),
+            violations: Vec::new(),
+            trace: Vec::new(),
+            mutant: cfg.mutant,
+            no_flock: cfg.no_flock,
+            marked_by: HashMap::new(),
+        }),
+        cv: Condvar::new(),
+    });
+    {
+        let mut st = world.lock();
+        st.inodes.insert(
+            ROOT,
+            Inode {
+                node: Node::Dir(BTreeMap::new()),
+                mode: 0o700,
+                mtime: Duration::ZERO,
+                epoch: 0,
+                foreign: false,
+            },
+        );
+    }
+    let steps = schedule(&world, &cfg.scripts, cfg, strategy);
+    // I7: whatever happened, the lock is acquirable again by itself once the grace period has
+    // passed, and a sweep leaves no candidate or tombstone behind.
+    {
+        let mut st = world.lock();
+        st.mono += cfg.grace + Duration::from_secs(1);
+        st.inside.clear();
+    }
+    let recovery = Config {
+        crashes: 0,
+        preemptions: None,
+        ..cfg.clone()
+    };
+    let first = world.lock().procs.len();
+    let steps = steps
+        + schedule_from(
+            &world,
+            &[Script::Worker {
+                rounds: 1,
+                wait: Wait::Timeout(cfg.grace * 4),
+            }],
+            first,
+            &recovery,
+            &mut Random::new(1),
+            true,
+        );
+    let mut st = world.lock();
+    let left: Vec<String> = st
+        .dir_entries(ROOT)
+        .map(|e| {
+            e.iter()
+                .filter(|(n, i)| {
+                    matches!(
+                        classify(n),
+                        Entry::Candidate { .. } | Entry::Tombstone { .. }
+                    ) && !st.inodes[*i].foreign
+                })
+                .map(|(n, _)| n.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !left.is_empty() {
+        st.violation(format!("I7: a sweep after recovery left {left:?}"));
+    }
+    if st.violations.is_empty() {
+        Ok(steps)
+    } else {
+        Err(st.violations.join("\n\n"))
+    }
+}
+
+fn schedule(
+    world: &Arc<World>,
+    scripts: &[Script],
+    cfg: &Config,
+    strategy: &mut dyn Strategy,
+) -> usize {
+    schedule_from(world, scripts, 0, cfg, strategy, false)
+}
+
+/// Starts one thread per script (slots `first..`) and drives them to the end.
+fn schedule_from(
+    world: &Arc<World>,
+    scripts: &[Script],
+    first: usize,
+    cfg: &Config,
+    strategy: &mut dyn Strategy,
+    recovery: bool,
+) -> usize {
+    {
+        let mut st = world.lock();
+        for (i, _) in scripts.iter().enumerate() {
+            let slot = first + i;
+            // The recovery process reuses a crashed process's pid (with its own start time).
+            let reused = recovery
+                .then(|| st.procs.iter().find(|p| p.crashed).map(|p| p.pid))
+                .flatten();
+            st.procs.push(Proc {
+                pid: reused.unwrap_or(100 + slot as u32),
+                start: 1000 + slot as u64,
+                alive: true,
+                crashed: false,
+                status: Status::Starting,
+            });
+        }
+    }
+    let handles: Vec<_> = scripts
+        .iter()
+        .enumerate()
+        .map(|(i, script)| {
+            let world = world.clone();
+            let script = *script;
+            let slot = first + i;
+            let grace = cfg.grace;
+            std::thread::spawn(move || {
+                let sys = SimSys {
+                    world: world.clone(),
+                    slot,
+                };
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    drop(world.yield_point(slot, Status::Ready));
+                    play(&sys, script, grace, recovery)
+                }));
+                if let Err(payload) = result {
+                    if payload.downcast_ref::<Crashed>().is_none() {
+                        let msg = payload
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default();
+                        world.lock().violation(format!("p{slot} panicked: {msg}"));
+                    }
+                }
+                world.finish(slot);
+            })
+        })
+        .collect();
+    let mut crashes = vec![0u32; first + scripts.len()];
+    let mut preemptions = 0u32;
+    let mut last: Option<usize> = None;
+    let mut steps = 0usize;
+    loop {
+        let mut st = world.lock();
+        let slots = first..first + scripts.len();
+        while st.turn.is_some()
+            || slots
+                .clone()
+                .any(|s| st.procs[s].status == Status::Starting)
+        {
+            st = world.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let now = st.mono;
+        let ready = |st: &State, s: usize| match st.procs[s].status {
+            Status::Ready => true,
+            Status::Sleeping { until, watch } => {
+                until.is_some_and(|u| u <= now)
+                    || watch
+                        .is_some_and(|(ino, e)| st.inodes.get(&ino).is_none_or(|i| i.epoch != e))
+            }
+            _ => false,
+        };
+        let runnable: Vec<usize> = slots.clone().filter(|s| ready(&st, *s)).collect();
+        if runnable.is_empty() {
+            if slots.clone().all(|s| st.procs[s].status == Status::Done) {
+                break;
+            }
+            let wake = slots
+                .clone()
+                .filter_map(|s| match st.procs[s].status {
+                    Status::Sleeping { until, .. } => until,
+                    _ => None,
+                })
+                .min();
+            match wake {
+                Some(t) => st.mono = st.mono.max(t),
+                None => {
+                    st.violation("I7: every process waits and nothing can wake it".into());
+                    // Crash them all; they unwind one by one as they are picked.
+                    for s in slots.clone() {
+                        if st.procs[s].status != Status::Done {
+                            st.crash(s);
+                            st.procs[s].status = Status::Ready;
+                        }
+                    }
+                }
+            }
+            continue;
+        }
+        // The options: run any runnable process (switching away from one that could go on
+        // counts against the preemption bound), or crash a live one.
+        let mut options: Vec<Choice> = Vec::new();
+        let mut crash_options: Vec<Choice> = Vec::new();
+        let can_switch = cfg.preemptions.is_none_or(|b| preemptions < b);
+        let last_runnable = last.filter(|l| runnable.contains(l));
+        match last_runnable {
+            Some(l) if !can_switch => options.push(Choice::Run(l)),
+            Some(l) => {
+                options.push(Choice::Run(l));
+                options.extend(
+                    runnable
+                        .iter()
+                        .filter(|s| **s != l)
+                        .map(|s| Choice::Run(*s)),
+                );
+            }
+            None => options.extend(runnable.iter().map(|s| Choice::Run(*s))),
+        }
+        if !recovery {
+            for s in slots.clone() {
+                if st.procs[s].alive
+                    && st.procs[s].status != Status::Done
+                    && crashes[s] < cfg.crashes
+                {
+                    crash_options.push(Choice::Crash(s));
+                }
+            }
+        }
+        let runs = options.len();
+        options.extend(crash_options);
+        let choice = options[strategy.choose(runs, options.len() - runs)];
+        steps += 1;
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            let statuses: Vec<String> = slots
+                .clone()
+                .map(|s| format!("{:?}", st.procs[s].status))
+                .collect();
+            eprintln!(
+                "t={:?} {choice:?} {statuses:?} last={:?}",
+                st.mono,
+                st.trace.last()
+            );
+        }
+        match choice {
+            Choice::Run(s) => {
+                if last_runnable.is_some_and(|l| l != s) {
+                    preemptions += 1;
+                }
+                last = Some(s);
+                st.turn = Some(s);
+            }
+            Choice::Crash(s) => {
+                crashes[s] += 1;
+                st.crash(s);
+                st.turn = Some(s); // it unwinds at once
+            }
+        }
+        world.cv.notify_all();
+        if steps > 200_000 {
+            st.violation("the schedule did not end within 200000 steps".into());
+            break;
+        }
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    steps
+}
+
+/// What a simulated process does.
+fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool) {
+    let root = sys.root();
+    let sp = Space {
+        sys,
+        dir: &root,
+        path: Path::new("/sim"),
+        uid: UID,
+    };
+    let me = sys.identity();
+    match script {
+        Script::Worker { rounds, wait } => {
+            for _ in 0..rounds {
+                let mut options = Options::new(wait);
+                options.grace = grace;
+                let req = Request {
+                    name: LOCK,
+                    resource: "sim",
+                    options: &options,
+                };
+                match protocol::acquire(&sp, &req, &me) {
+                    Ok(held) => {
+                        enter(sys);
+                        // The critical section: a scheduling point where others may run.
+                        let _ = sys.meta_at(&root, OWNER_FILE);
+                        leave(sys);
+                        let pid = sys.pid();
+                        if let Err(e) = protocol::release(&sp, held, "sim", pid) {
+                            report(sys, format!("I9/I1: p{} lost its lock: {e}", sys.slot));
+                        }
+                    }
+                    Err(e) if e.is_contended() && !recovery => {}
+                    Err(Error::Malformed { .. }) if intruded(sys) => {}
+                    Err(e) => report(sys, format!("p{} failed to acquire: {e}", sys.slot)),
+                }
+            }
+            if recovery {
+                if let Err(e) = protocol::sweep(&sp, grace) {
+                    report(sys, format!("sweep failed: {e}"));
+                }
+            }
+        }
+        Script::Sweeper => {
+            if let Err(e) = protocol::sweep(&sp, grace) {
+                report(sys, format!("sweep failed: {e}"));
+            }
+        }
+        Script::Unlocker => match protocol::unlock(&sp, LOCK, "sim", &me, grace, false) {
+            Ok(_) => {}
+            Err(e) if e.is_contended() => {}
+            Err(Error::Malformed { .. }) if intruded(sys) => {}
+            Err(e) => report(sys, format!("unlock failed: {e}")),
+        },
+        Script::Intruder => {
+            let made = sys.call("intrude", |st, _| {
+                if st.lookup(ROOT, LOCK).is_ok() {
+                    return false;
+                }
+                let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, true);
+                st.dir_entries_mut(ROOT)
+                    .expect("root")
+                    .insert(LOCK.into(), ino);
+                true
+            });
+            let _ = made;
+        }
+    }
+}
+
+fn intruded(sys: &SimSys) -> bool {
+    let st = sys.world.lock();
+    st.inodes.values().any(|i| i.foreign)
+}
+
+fn report(sys: &SimSys, what: String) {
+    sys.world.lock().violation(what);
+}
+
+/// I1: entering the critical section while another live process is inside is a violation.
+fn enter(sys: &SimSys) {
+    let mut st = sys.world.lock();
+    let me = sys.slot;
+    if let Some(other) = st.inside.iter().copied().find(|s| st.procs[*s].alive) {
+        st.violation(format!("I1: p{me} entered while p{other} is inside"));
+    }
+    st.inside.push(me);
+    st.trace.push(format!("p{me} ENTER"));
+}
+
+fn leave(sys: &SimSys) {
+    let mut st = sys.world.lock();
+    let me = sys.slot;
+    st.inside.retain(|s| *s != me);
+    st.trace.push(format!("p{me} LEAVE"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workers(n: usize, wait: Wait) -> Vec<Script> {
+        vec![Script::Worker { rounds: 2, wait }; n]
+    }
+
+    fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
+        Config {
+            scripts,
+            mutant,
+            grace: Duration::from_secs(5),
+            crashes: 1,
+            preemptions: None,
+            no_flock: false,
+        }
+    }
+
+    /// Runs `seeds` random schedules; panics with the seed and the violation on the first.
+    fn random(cfg: &Config, seeds: std::ops::Range<u64>) -> usize {
+        let mut steps = 0;
+        for seed in seeds {
+            match run(cfg, &mut Random::new(seed)) {
+                Ok(n) => steps += n,
+                Err(v) => panic!("seed {seed} ({cfg:?}):\n{v}"),
+            }
+        }
+        steps
+    }
+
+    /// Depth-first search over every schedule within the config's bounds; returns the number
+    /// of schedules explored, or the first violation with its choice sequence.
+    fn exhaustive(cfg: &Config, limit: usize) -> Result<usize, String> {
+        let mut prefix: Vec<usize> = Vec::new();
+        let mut runs = 0;
+        loop {
+            let mut replay = Replay {
+                prefix: prefix.clone(),
+                taken: Vec::new(),
+            };
+            runs += 1;
+            if let Err(v) = run(cfg, &mut replay) {
+                return Err(format!(
+                    "schedule {:?}:\n{v}",
+                    replay.taken.iter().map(|c| c.0).collect::<Vec<_>>()
+                ));
+            }
+            // Next schedule: bump the deepest choice that has an untried option.
+            let mut taken = replay.taken;
+            loop {
+                match taken.pop() {
+                    None => return Ok(runs),
+                    Some((c, n)) if c + 1 < n => {
+                        prefix = taken.iter().map(|t| t.0).collect();
+                        prefix.push(c + 1);
+                        break;
+                    }
+                    Some(_) => {}
+                }
+            }
+            if runs >= limit {
+                return Ok(runs);
+            }
+        }
+    }
+
+    #[test]
+    fn two_processes_exhaustively_within_bounds() {
+        // Every schedule of two fail-fast workers with up to one crash each and one preemption,
+        // and of two waiting workers with no crash and two preemptions.
+        let mut cfg = config(
+            vec![
+                Script::Worker {
+                    rounds: 1,
+                    wait: Wait::Immediately
+                };
+                2
+            ],
+            Mutant::None,
+        );
+        cfg.preemptions = Some(1);
+        let limit: usize = std::env::var("SIM_LIMIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(usize::MAX);
+        let a = exhaustive(&cfg, limit).unwrap_or_else(|v| panic!("{v}"));
+        let mut cfg = config(
+            vec![
+                Script::Worker {
+                    rounds: 1,
+                    wait: Wait::Forever
+                };
+                2
+            ],
+            Mutant::None,
+        );
+        cfg.crashes = 0;
+        cfg.preemptions = Some(2);
+        let b = exhaustive(&cfg, limit).unwrap_or_else(|v| panic!("{v}"));
+        eprintln!("exhaustive: {a} + {b} schedules");
+        assert!(
+            a > 100 && b > 100,
+            "the search explored {a} and {b} schedules"
+        );
+    }
+
+    #[test]
+    fn random_schedules_of_three_and_four_processes() {
+        let mut steps = 0;
+        steps += random(&config(workers(3, Wait::Forever), Mutant::None), 0..300);
+        steps += random(&config(workers(3, Wait::Immediately), Mutant::None), 0..300);
+        let mut mixed = workers(2, Wait::Timeout(Duration::from_secs(3)));
+        mixed.push(Script::Sweeper);
+        mixed.push(Script::Unlocker);
+        steps += random(&config(mixed, Mutant::None), 0..300);
+        let mut hostile = workers(2, Wait::Immediately);
+        hostile.push(Script::Intruder);
+        steps += random(&config(hostile, Mutant::None), 0..200);
+        // Without flock: judged by pid, grace periods waited out, pids reused.
+        for wait in [Wait::Forever, Wait::Immediately] {
+            let mut cfg = config(workers(3, wait), Mutant::None);
+            cfg.no_flock = true;
+            steps += random(&cfg, 0..300);
+        }
+        eprintln!("random: {steps} steps");
+    }
+
+    #[test]
+    #[ignore = "soak: run with `cargo test --release --lib sim -- --ignored`"]
+    fn soak_exhaustive_with_more_preemptions() {
+        let mut cfg = config(
+            vec![
+                Script::Worker {
+                    rounds: 1,
+                    wait: Wait::Immediately
+                };
+                2
+            ],
+            Mutant::None,
+        );
+        cfg.preemptions = Some(2);
+        let n = exhaustive(&cfg, usize::MAX).unwrap_or_else(|v| panic!("{v}"));
+        let mut cfg = config(
+            vec![
+                Script::Worker {
+                    rounds: 1,
+                    wait: Wait::Forever
+                };
+                2
+            ],
+            Mutant::None,
+        );
+        cfg.preemptions = Some(1);
+        cfg.no_flock = true;
+        let m = exhaustive(&cfg, usize::MAX).unwrap_or_else(|v| panic!("{v}"));
+        eprintln!("exhaustive soak: {n} + {m} schedules");
+    }
+
+    #[test]
+    #[ignore = "soak: run with `cargo test --release --lib sim -- --ignored`"]
+    fn soak_random_schedules() {
+        let per = 25_000;
+        random(&config(workers(3, Wait::Forever), Mutant::None), 0..per);
+        random(&config(workers(4, Wait::Immediately), Mutant::None), 0..per);
+        let mut mixed = workers(3, Wait::Timeout(Duration::from_secs(3)));
+        mixed.push(Script::Sweeper);
+        random(&config(mixed, Mutant::None), 0..per);
+        let mut mixed = workers(2, Wait::Forever);
+        mixed.push(Script::Unlocker);
+        mixed.push(Script::Sweeper);
+        random(&config(mixed, Mutant::None), 0..per);
+        let mut cfg = config(workers(4, Wait::Forever), Mutant::None);
+        cfg.no_flock = true;
+        random(&cfg, 0..per);
+    }
+
+    /// A mutant is caught when some seed finds a violation.
+    fn caught(cfg: &Config, seeds: u64) -> Option<(u64, String)> {
+        (0..seeds).find_map(|seed| run(cfg, &mut Random::new(seed)).err().map(|v| (seed, v)))
+    }
+
+    /// The first seed whose violations include `what`.
+    fn caught_as(cfg: &Config, seeds: u64, what: &[&str]) -> Option<(u64, String)> {
+        (0..seeds).find_map(|seed| match run(cfg, &mut Random::new(seed)) {
+            Err(v) if what.iter().any(|w| v.contains(w)) => Some((seed, v)),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn skipping_the_guard_lets_a_live_owner_lose_its_lock() {
+        // Not only is the guard not held (I5): a second reclaimer of the same dead owner moves
+        // the lock its new, live owner just published.
+        let cfg = config(workers(3, Wait::Forever), Mutant::SkipGuard);
+        let (seed, v) = caught_as(&cfg, 20_000, &["I6", "I1"])
+            .expect("no consequence of skipping the guard found");
+        eprintln!("SkipGuard: seed {seed}: {}", v.lines().next().unwrap_or(""));
+    }
+
+    #[test]
+    fn the_simulation_catches_each_mutant() {
+        // Skipping the guard or the token check lets two reclaimers of one dead owner race:
+        // the later one moves the new owner's lock.
+        let mut reclaimers = workers(3, Wait::Forever);
+        reclaimers[0] = Script::Worker {
+            rounds: 1,
+            wait: Wait::Forever,
+        };
+        for mutant in [Mutant::SkipGuard, Mutant::SkipTokenCheck] {
+            let cfg = config(reclaimers.clone(), mutant);
+            let (seed, v) =
+                caught(&cfg, 3000).unwrap_or_else(|| panic!("{mutant:?} was not caught"));
+            assert!(
+                v.contains("I5") || v.contains("I6") || v.contains("I1"),
+                "{mutant:?} (seed {seed}): {v}"
+            );
+            eprintln!(
+                "{mutant:?}: seed {seed}: {}",
+                v.lines().next().unwrap_or("")
+            );
+        }
+        // A plain rename replaces an empty directory found at the lock path.
+        let mut hostile = workers(2, Wait::Immediately);
+        hostile.insert(0, Script::Intruder);
+        let cfg = config(hostile, Mutant::PlainRename);
+        let (seed, v) = caught(&cfg, 3000).expect("PlainRename was not caught");
+        assert!(v.contains("I3"), "{v}");
+        eprintln!(
+            "PlainRename: seed {seed}: {}",
+            v.lines().next().unwrap_or("")
+        );
+    }
+}

@@ -98,6 +98,13 @@ MUTANTS = [
     ("sweep-keeps-unprobeable-candidates", "src/protocol.rs",
      "Err(e) if is(&e, Errno::LockUnsupported) => {", "Err(e) if false && is(&e, Errno::LockUnsupported) => {",
      "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
+    ("chaos-publish-treats-EEXIST-as-won", "src/protocol.rs",
+     "Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Contended),",
+     "Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Won),",
+     "it", "chaos::chaos_on_tmpfs"),
+    ("chaos-beacon-ignored", "src/liveness.rs",
+     "if owner.has_beacon() {", "if false && owner.has_beacon() {",
+     "it", "chaos::chaos_on_disk"),
 ]
 
 def main():

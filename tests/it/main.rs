@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per concern.
 #![allow(clippy::disallowed_methods)] // tests build and tear down fixtures with std::fs
 
+mod chaos;
 mod cli;
 mod common;
 mod contention;

@@ -113,6 +113,17 @@ impl<S: System> Space<'_, S> {
                     Err(e) => Err(self.io("inspect the lock", name, e)),
                 };
             }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                // Not ours to open: someone else's lock (or a hostile one) in our directory.
+                return match self.sys.meta_at(self.dir, name) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
+                    Ok(m) => Ok(Seen::Malformed(
+                        self.private_problem(&m, "the lock directory")
+                            .unwrap_or_else(|| "the lock directory cannot be opened".into()),
+                    )),
+                    Err(_) => Err(self.io("open the lock", name, e)),
+                };
+            }
             Err(e) => return Err(self.io("open the lock", name, e)),
         };
         let meta = self

@@ -107,7 +107,7 @@ fn fstat(fd: RawFd) -> io::Result<Meta> {
     // SAFETY: `stat` is plain old data; all-zero is a valid value that fstat overwrites.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is an open descriptor borrowed for the call; `st` is a valid out-pointer.
-    check(unsafe { libc::fstat(fd, &mut st) })?;
+    retry(|| unsafe { libc::fstat(fd, &mut st) })?;
     Ok(meta_of(&st))
 }
 
@@ -403,7 +403,7 @@ impl System for Real {
     fn mkdir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
         let n = cstr(name)?;
         // SAFETY: `at` is an open directory and `n` is NUL-terminated.
-        check(unsafe { libc::mkdirat(at.as_raw_fd(), n.as_ptr(), 0o700) })?;
+        retry(|| unsafe { libc::mkdirat(at.as_raw_fd(), n.as_ptr(), 0o700) })?;
         Ok(())
     }
 
@@ -416,7 +416,7 @@ impl System for Real {
         // SAFETY: `stat` is plain old data; all-zero is a valid value that fstatat overwrites.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `at` is open, `n` is NUL-terminated and `st` is a valid out-pointer.
-        check(unsafe {
+        retry(|| unsafe {
             libc::fstatat(
                 at.as_raw_fd(),
                 n.as_ptr(),
@@ -519,7 +519,7 @@ impl System for Real {
     fn rename_noreplace(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
         let (f, t) = (cstr(from)?, cstr(to)?);
         #[cfg(target_os = "linux")]
-        if !NO_RENAMEAT2.load(Ordering::Relaxed) {
+        while !NO_RENAMEAT2.load(Ordering::Relaxed) {
             // SAFETY: both names are NUL-terminated and relative to the open directory `at`;
             // renameat2 takes no pointers beyond them.
             let ret = unsafe {
@@ -537,6 +537,9 @@ impl System for Real {
             }
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
+                // Interrupted (NFS `intr` mounts): try again. Had the rename happened, the
+                // retry fails and the caller checks whether the target is its own.
+                Some(libc::EINTR) => continue,
                 // The kernel or this filesystem does not know the flag: fall back, once and
                 // for all.
                 Some(libc::EINVAL) | Some(libc::ENOSYS) => {
@@ -548,21 +551,23 @@ impl System for Real {
         // Plain rename replaces only an empty directory; the protocol's lock directories are
         // never empty and the caller reads the token back.
         // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
-        check(unsafe { libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr()) })?;
+        retry(|| unsafe {
+            libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr())
+        })?;
         Ok(())
     }
 
     fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
         let n = cstr(name)?;
         // SAFETY: `at` is open and `n` is NUL-terminated.
-        check(unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), 0) })?;
+        retry(|| unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), 0) })?;
         Ok(())
     }
 
     fn remove_dir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
         let n = cstr(name)?;
         // SAFETY: `at` is open and `n` is NUL-terminated.
-        check(unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) })?;
+        retry(|| unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) })?;
         Ok(())
     }
 

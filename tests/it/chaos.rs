@@ -1,7 +1,7 @@
 //! Layer 3: mutual exclusion under chaos, with real processes. Workers loop `dirlock run
 //! --wait -- sh section.sh`; some run under strace, which SIGKILLs them at a named point of the
 //! protocol (mid-stage, publish, retire, reap, the guard); a killer SIGKILLs random holders,
-//! waiters and sections. Each critical section takes an O_EXCL occupancy marker, does a
+//! waiters and sections. Each critical section takes an exclusive occupancy marker (link(2)), does a
 //! read-modify-write of a counter and logs `enter`/`exit` lines with O_APPEND, so the log's
 //! order is the real order. Expect: no overlap, the counter equal to the completed sections
 //! (give or take sections killed between their increment and their exit line), and a lock
@@ -19,14 +19,22 @@ use std::time::{Duration, Instant};
 const SECTION: &str = r#"
 cd "$1" || exit 99
 echo "enter $$" >> log
-if ! (set -C; echo $$ > occupied) 2>/dev/null; then
-  # A marker is there: fine only if its section is dead (killed inside).
+# The occupancy marker appears with its content already in it: link(2) fails with EEXIST like
+# O_CREAT|O_EXCL, so a marker is never seen empty.
+echo $$ > "mine.$$"
+if ! ln "mine.$$" occupied 2>/dev/null; then
+  # A marker is there: fine only if its section is dead (killed inside). It may also vanish
+  # under us: the last `rm` of a killed section, orphaned, ran on (holding the beacon it
+  # inherited, so the lock stayed held until it ended).
   p=$(cat occupied 2>/dev/null)
-  s=$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)
-  if [ -n "$s" ] && [ "$s" != Z ]; then echo "overlap $$ $p" >> log; fi
+  if [ -n "$p" ]; then
+    s=$(cut -d' ' -f3 "/proc/$p/stat" 2>/dev/null)
+    if [ -n "$s" ] && [ "$s" != Z ]; then echo "overlap $$ $p" >> log; fi
+  fi
   rm -f occupied
-  (set -C; echo $$ > occupied) 2>/dev/null || echo "overlap $$ marker" >> log
+  ln "mine.$$" occupied 2>/dev/null || echo "overlap $$ marker" >> log
 fi
+rm -f "mine.$$"
 n=$(cat counter 2>/dev/null || echo 0)
 echo $((n + 1)) > counter.$$ && mv counter.$$ counter
 echo "exit $$ $((n + 1))" >> log

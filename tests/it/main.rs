@@ -6,6 +6,7 @@ mod cli;
 mod common;
 mod contention;
 mod crash;
+mod faults;
 mod names;
 mod reclaim;
 mod release;

@@ -105,6 +105,17 @@ MUTANTS = [
     ("chaos-beacon-ignored", "src/liveness.rs",
      "if owner.has_beacon() {", "if false && owner.has_beacon() {",
      "it", "chaos::chaos_on_disk"),
+    ("record-read-blocks-on-a-fifo", "src/sys/unix.rs",
+     "libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,",
+     "libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,",
+     "it", "hostile::a_fifo_record_without_a_writer_does_not_block_the_open"),
+    ("record-owner-unchecked", "src/protocol.rs",
+     "        if let Some(p) = self.private_problem(&meta, OWNER_FILE) {\n            return Err(p);\n        }\n",
+     "",
+     "it", "hostile::a_record_owned_by_another_user_is_refused"),
+    ("pid-namespace-judged-by-pid", "src/liveness.rs",
+     "if owner.has_beacon() {", "if owner.pid_namespace.is_none() && owner.has_beacon() {",
+     "it", "crash::a_holder_in_another_pid_namespace_is_judged_by_its_beacon"),
 ]
 
 def main():

@@ -157,7 +157,15 @@ impl<S: System> Space<'_, S> {
             Err(e) if is(&e, Errno::Loop) => {
                 return Err(format!("its {OWNER_FILE} is a symbolic link"))
             }
-            Err(e) => return Err(format!("its {OWNER_FILE} cannot be read: {e}")),
+            Err(e) => {
+                // Say what it is when that explains the failure (a socket cannot be opened).
+                return Err(match self.sys.meta_at(dir, OWNER_FILE) {
+                    Ok(m) if m.kind != Kind::File => {
+                        format!("its {OWNER_FILE} is a {}", kind_name(m.kind))
+                    }
+                    _ => format!("its {OWNER_FILE} cannot be read: {e}"),
+                });
+            }
         };
         if meta.kind != Kind::File {
             return Err(format!("its {OWNER_FILE} is a {}", kind_name(meta.kind)));

@@ -96,3 +96,42 @@ fn publish_falls_back_to_plain_rename_where_renameat2_is_refused() {
     a.release();
     assert_eq!(fx.entries(), Vec::<String>::new());
 }
+
+#[test]
+fn a_holder_in_another_pid_namespace_is_judged_by_its_beacon() {
+    let fx = Fixture::new();
+    // The holder runs as pid 1 of a new pid namespace: its recorded pid means nothing here,
+    // but the kernel's flock does.
+    let h = Holder::try_start_under(
+        &["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"],
+        fx.dir(),
+        &["--lock", "ns.lock"],
+    )
+    .expect("unshare --pid works as root");
+    let record = std::fs::read_to_string(fx.dir().join("ns.lock/owner.json")).unwrap();
+    let owner = dirlock::Owner::parse(record.as_bytes()).unwrap();
+    assert_eq!(owner.pid, 1, "pid 1 inside its namespace");
+    assert_ne!(
+        owner.pid_namespace,
+        std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .map(|p| p.display().to_string())
+    );
+    let err = fx.locks.named_lock("ns.lock").acquire().unwrap_err();
+    match &err {
+        Error::Locked { judgement, .. } => {
+            assert_eq!(judgement.liveness, Liveness::Live, "{judgement}")
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    // Killing unshare kills its child (--kill-child), pid 1 of the namespace, and with it
+    // every process in the namespace.
+    h.kill();
+    let g = fx
+        .locks
+        .named_lock("ns.lock")
+        .wait(std::time::Duration::from_secs(10))
+        .acquire()
+        .unwrap();
+    assert_eq!(g.reclaimed_from().unwrap().pid, 1);
+}

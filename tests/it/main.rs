@@ -7,6 +7,7 @@ mod common;
 mod contention;
 mod crash;
 mod faults;
+mod hostile;
 mod names;
 mod reclaim;
 mod release;

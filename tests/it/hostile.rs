@@ -1,0 +1,255 @@
+//! Layer 5: a hostile filesystem. Symlinks, FIFOs (with a writer attached), sockets,
+//! directories and huge files where the lock, its record or its guard should be; a record
+//! owned by another user. Expect a refusal naming the path, no blocking read, and nothing
+//! outside the lock directory touched (canary files).
+
+use crate::common::*;
+use dirlock::Error;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A file outside the lock directory that must survive whatever happens.
+fn canary(fx: &Fixture) -> std::path::PathBuf {
+    let c = fx.tmp.path().join("canary");
+    std::fs::write(&c, "precious").unwrap();
+    c
+}
+
+fn check_canary(c: &Path) {
+    assert_eq!(
+        std::fs::read_to_string(c).unwrap(),
+        "precious",
+        "the canary was touched"
+    );
+}
+
+/// The lock directory `x.lock`, private, without a record yet.
+fn lock_dir(fx: &Fixture) -> std::path::PathBuf {
+    let l = fx.dir().join("x.lock");
+    std::fs::create_dir(&l).unwrap();
+    std::fs::set_permissions(&l, PermissionsExt::from_mode(0o700)).unwrap();
+    l
+}
+
+/// Acquires `x.lock` (fail fast, grace 0) and expects a malformed-lock refusal.
+fn refused(fx: &Fixture, why: &str) {
+    let start = Instant::now();
+    let err = fx
+        .locks
+        .named_lock("x.lock")
+        .grace(Duration::ZERO)
+        .acquire()
+        .unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(5), "it blocked");
+    assert!(matches!(err, Error::Malformed { .. }), "{why}: {err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(why) && msg.contains(&fx.dir().join("x.lock").display().to_string()),
+        "{msg}"
+    );
+    // Refused, and the refusal leaves no candidate behind.
+    assert!(
+        fx.entries().iter().all(|e| !e.contains(".candidate.")),
+        "{:?}",
+        fx.entries()
+    );
+}
+
+#[test]
+fn a_symlink_at_the_lock_path_is_never_followed() {
+    let fx = Fixture::new();
+    let c = canary(&fx);
+    let target = fx.tmp.path().join("elsewhere");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(
+        target.join("owner.json"),
+        format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid()),
+    )
+    .unwrap();
+    symlink(&target, fx.dir().join("x.lock")).unwrap();
+    refused(&fx, "symbolic link");
+    assert!(
+        target.join("owner.json").exists(),
+        "nothing removed through the link"
+    );
+    check_canary(&c);
+}
+
+#[test]
+fn a_file_at_the_lock_path_is_refused() {
+    let fx = Fixture::new();
+    std::fs::write(fx.dir().join("x.lock"), "not a lock").unwrap();
+    refused(&fx, "regular file");
+}
+
+#[test]
+fn a_symlinked_record_is_refused_and_its_target_untouched() {
+    let fx = Fixture::new();
+    let c = canary(&fx);
+    let l = lock_dir(&fx);
+    symlink(&c, l.join("owner.json")).unwrap();
+    refused(&fx, "symbolic link");
+    check_canary(&c);
+}
+
+#[test]
+fn a_fifo_record_with_a_writer_attached_does_not_block() {
+    let fx = Fixture::new();
+    let l = lock_dir(&fx);
+    let fifo = l.join("owner.json");
+    assert!(std::process::Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // A writer holds the FIFO open: a blocking read would wait for it forever.
+    let writer = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec 3>'{}'; sleep 30", fifo.display()))
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _writer = Kill(writer);
+    refused(&fx, "FIFO");
+}
+
+#[test]
+fn a_socket_record_is_refused() {
+    let fx = Fixture::new();
+    let l = lock_dir(&fx);
+    let _sock = std::os::unix::net::UnixListener::bind(l.join("owner.json")).unwrap();
+    refused(&fx, "FIFO, socket or device");
+}
+
+#[test]
+fn a_directory_record_is_refused() {
+    let fx = Fixture::new();
+    let l = lock_dir(&fx);
+    std::fs::create_dir(l.join("owner.json")).unwrap();
+    refused(&fx, "directory");
+}
+
+#[test]
+fn a_huge_record_is_refused_without_reading_it_all() {
+    let fx = Fixture::new();
+    let l = lock_dir(&fx);
+    let f = std::fs::File::create(l.join("owner.json")).unwrap();
+    f.set_len(1 << 40).unwrap(); // a sparse terabyte
+    std::fs::set_permissions(l.join("owner.json"), PermissionsExt::from_mode(0o600)).unwrap();
+    refused(&fx, "larger than 4096 bytes");
+}
+
+#[test]
+fn a_record_owned_by_another_user_is_refused() {
+    let fx = Fixture::new();
+    let l = lock_dir(&fx);
+    let rec = l.join("owner.json");
+    std::fs::write(&rec, format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid())).unwrap();
+    std::fs::set_permissions(&rec, PermissionsExt::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&rec, Some(65534), Some(65534)).unwrap();
+    refused(&fx, "owned by uid 65534");
+    assert!(rec.exists(), "a foreign record is never removed");
+}
+
+#[test]
+fn a_record_open_to_others_is_refused() {
+    let fx = Fixture::new();
+    let l = lock_dir(&fx);
+    let rec = l.join("owner.json");
+    std::fs::write(&rec, format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid())).unwrap();
+    std::fs::set_permissions(&rec, PermissionsExt::from_mode(0o644)).unwrap();
+    refused(&fx, "mode 644");
+}
+
+#[test]
+fn a_symlinked_guard_is_refused_and_its_target_untouched() {
+    let fx = Fixture::new();
+    let c = canary(&fx);
+    plant(
+        fx.dir(),
+        "x.lock",
+        &format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid()),
+        Duration::from_secs(120),
+    );
+    let target = fx.tmp.path().join("guard-target");
+    std::fs::create_dir(&target).unwrap();
+    symlink(&target, fx.dir().join("x.lock.reclaim")).unwrap();
+    let err = fx.locks.named_lock("x.lock").acquire().unwrap_err();
+    match &err {
+        Error::Unsafe { path, .. } => assert_eq!(path, &fx.dir().join("x.lock.reclaim")),
+        other => panic!("expected Unsafe, got {other:?}"),
+    }
+    assert_eq!(
+        std::fs::read_dir(&target).unwrap().count(),
+        0,
+        "nothing made through the link"
+    );
+    assert!(
+        fx.dir().join("x.lock/owner.json").exists(),
+        "the lock is left alone"
+    );
+    check_canary(&c);
+}
+
+#[test]
+fn a_guard_owned_by_another_user_is_refused() {
+    let fx = Fixture::new();
+    plant(
+        fx.dir(),
+        "x.lock",
+        &format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid()),
+        Duration::from_secs(120),
+    );
+    let g = fx.dir().join("x.lock.reclaim");
+    std::fs::create_dir(&g).unwrap();
+    std::fs::set_permissions(&g, PermissionsExt::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&g, Some(65534), Some(65534)).unwrap();
+    let err = fx.locks.named_lock("x.lock").acquire().unwrap_err();
+    assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+    assert!(g.exists());
+}
+
+#[test]
+fn sweep_never_follows_a_symlinked_tombstone() {
+    let fx = Fixture::new();
+    let c = canary(&fx);
+    let target = fx.tmp.path().join("precious-dir");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join("keep"), "x").unwrap();
+    symlink(&target, fx.dir().join("x.lock.tombstone.evil")).unwrap();
+    let report = fx.locks.sweep(Duration::ZERO).unwrap();
+    assert!(
+        report.removed.contains(&"x.lock.tombstone.evil".to_owned()),
+        "{report:?}"
+    );
+    assert!(
+        target.join("keep").exists(),
+        "the sweep went through the link"
+    );
+    check_canary(&c);
+}
+
+#[test]
+fn a_fifo_record_without_a_writer_does_not_block_the_open() {
+    let fx = Fixture::new();
+    let l = lock_dir(&fx);
+    let fifo = l.join("owner.json");
+    assert!(std::process::Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    // Opening a FIFO for reading blocks until a writer comes, unless O_NONBLOCK.
+    refused(&fx, "FIFO");
+}

@@ -8,6 +8,7 @@ mod contention;
 mod crash;
 mod faults;
 mod hostile;
+mod interop;
 mod names;
 mod reclaim;
 mod release;

@@ -1,0 +1,55 @@
+// Drives the reference implementation for dirlock's interoperability tests.
+//   path <root>                         print its repository lock path
+//   setup-path <home>                   print its global setup lock path
+//   try <root>                          take the repository lock once: "ran" or "error <reason>"
+//   hold <root> <ready> <release>       hold it, create <ready>, wait for <release>
+//   sections <home> <work> <n>          n global-setup sections (waiting), logged in <work>
+import * as fs from "node:fs"
+import { Effect } from "effect"
+import {
+  globalSetupLockPath,
+  repositoryLockPath,
+  withGlobalSetupLock,
+  withRepositoryLock,
+} from "./extension/services/operation-lock.ts"
+
+const [mode, a, b, c] = process.argv.slice(2)
+const report = (e: unknown) => {
+  const err = e as { reason?: string; message?: string }
+  console.log(`error ${err.reason ?? "other"} ${err.message ?? String(e)}`)
+}
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+if (mode === "path") {
+  console.log(repositoryLockPath(a))
+} else if (mode === "setup-path") {
+  console.log(globalSetupLockPath(a))
+} else if (mode === "try") {
+  await Effect.runPromise(withRepositoryLock(a, Effect.succeed("ran"))).then(console.log, report)
+} else if (mode === "hold") {
+  const body = Effect.promise(async () => {
+    fs.writeFileSync(b, String(process.pid))
+    while (!fs.existsSync(c)) await sleep(5)
+    return "released"
+  })
+  await Effect.runPromise(withRepositoryLock(a, body)).then(console.log, report)
+} else if (mode === "sections") {
+  const section = Effect.sync(() => {
+    const log = `${b}/log`
+    fs.appendFileSync(log, `enter ${process.pid}\n`)
+    try {
+      fs.writeFileSync(`${b}/occupied`, String(process.pid), { flag: "wx" })
+    } catch {
+      fs.appendFileSync(log, `overlap ${process.pid}\n`)
+    }
+    let n = 0
+    try { n = Number(fs.readFileSync(`${b}/counter`, "utf8")) } catch {}
+    fs.writeFileSync(`${b}/counter.${process.pid}`, String(n + 1))
+    fs.renameSync(`${b}/counter.${process.pid}`, `${b}/counter`)
+    fs.appendFileSync(log, `exit ${process.pid} ${n + 1}\n`)
+    fs.rmSync(`${b}/occupied`)
+  })
+  for (let i = 0; i < Number(c); i++) {
+    await Effect.runPromise(withGlobalSetupLock(a, section, Effect.sleep(2))).catch(report)
+  }
+}

@@ -1,0 +1,339 @@
+//! Layer 7: the reference TypeScript implementation (`../shared/seeds/002_…`), run under
+//! Node.js with tsx and effect from the npm registry, and dirlock on the same locks: the same
+//! paths, each excluded by the other's holder, each reclaiming the other's dead locks by its
+//! own rules, and mutual exclusion across both.
+//!
+//! Setup (once per target directory): `npm install tsx effect`, the reference extracted from
+//! its diff, and a shim for its `../errors.ts`. Needs Node.js and npm, and `../shared` beside
+//! the checkout (as CI lays it out).
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const SEED: &str = "../shared/seeds/002_7c945420158be82f.txt";
+
+/// The prepared Node project, or why it could not be prepared.
+fn node_project() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop");
+        let services = dir.join("extension/services");
+        std::fs::create_dir_all(&services).unwrap();
+        if !dir.join("node_modules/.bin/tsx").exists() {
+            std::fs::write(
+                dir.join("package.json"),
+                r#"{"name":"dirlock-interop","private":true,"type":"module"}"#,
+            )
+            .unwrap();
+            let out = Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--silent",
+                    "tsx@4",
+                    "effect@4",
+                ])
+                .current_dir(&dir)
+                .output()
+                .expect("npm is needed for the interoperability tests");
+            assert!(
+                out.status.success(),
+                "npm install failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The reference comes as a diff adding operation-lock.ts: take the added lines.
+        let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join(SEED);
+        let diff =
+            std::fs::read_to_string(&seed).unwrap_or_else(|e| panic!("{}: {e}", seed.display()));
+        let body: String = diff
+            .lines()
+            .skip_while(|l| !l.starts_with("@@"))
+            .skip(1)
+            .map(|l| format!("{}\n", l.strip_prefix('+').unwrap_or(l)))
+            .collect();
+        std::fs::write(services.join("operation-lock.ts"), body).unwrap();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+        std::fs::copy(fixtures.join("errors.ts"), dir.join("extension/errors.ts")).unwrap();
+        std::fs::copy(fixtures.join("driver.ts"), dir.join("driver.ts")).unwrap();
+        dir
+    })
+}
+
+/// A private TMPDIR shared by both implementations, and a repository root.
+struct Shared {
+    tmp: tempfile::TempDir,
+}
+
+impl Shared {
+    fn new() -> Shared {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("t")).unwrap();
+        std::fs::create_dir(tmp.path().join("repo")).unwrap();
+        Shared { tmp }
+    }
+    fn tmpdir(&self) -> PathBuf {
+        self.tmp.path().join("t")
+    }
+    fn repo(&self) -> PathBuf {
+        self.tmp.path().join("repo")
+    }
+    fn node(&self, args: &[&str]) -> Command {
+        let dir = node_project();
+        // node itself, with tsx as an import hook: the `tsx` launcher would put node in a child
+        // process that outlives a SIGKILL of the launcher.
+        let mut c = Command::new("node");
+        c.args(["--import", "tsx"])
+            .arg(dir.join("driver.ts"))
+            .args(args)
+            .current_dir(dir)
+            .env("TMPDIR", self.tmpdir());
+        c
+    }
+    fn node_out(&self, args: &[&str]) -> String {
+        let out = self.node(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "node {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+    }
+    fn dirlock(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
+            .env("TMPDIR", self.tmpdir())
+            .output()
+            .unwrap()
+    }
+    /// The reference holds the repository lock until the returned guard is dropped.
+    fn node_holder(&self) -> (Child, u32) {
+        let ready = self.tmp.path().join("ready");
+        let release = self.tmp.path().join("release");
+        let child = self
+            .node(&[
+                "hold",
+                self.repo().to_str().unwrap(),
+                ready.to_str().unwrap(),
+                release.to_str().unwrap(),
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready.exists() || std::fs::read_to_string(&ready).unwrap().is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "the reference never took the lock"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let pid = std::fs::read_to_string(&ready).unwrap().parse().unwrap();
+        (child, pid)
+    }
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn lock_paths_are_the_references() {
+    let s = Shared::new();
+    let repo = s.repo();
+    let r = repo.to_str().unwrap();
+    let ours = s.dirlock(&["path", "--app", "apnea", "--repository", r]);
+    assert_eq!(
+        s.node_out(&["path", r]),
+        String::from_utf8_lossy(&ours.stdout).trim_end()
+    );
+    let ours = s.dirlock(&["path", "--app", "apnea", "--global-setup", r]);
+    assert_eq!(
+        s.node_out(&["setup-path", r]),
+        String::from_utf8_lossy(&ours.stdout).trim_end()
+    );
+}
+
+#[test]
+fn the_references_holder_excludes_dirlock_which_reclaims_it_after_the_grace_period() {
+    let s = Shared::new();
+    let r = s.repo();
+    let r = r.to_str().unwrap();
+    let (mut node, pid) = s.node_holder();
+    let out = s.dirlock(&["run", "--app", "apnea", "--repository", r, "--", "true"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert!(text(&out).contains(&format!("pid {pid}")), "{}", text(&out));
+    let status = s.dirlock(&["status", "--app", "apnea", "--repository", r]);
+    assert!(
+        text(&status).contains("reference-format record"),
+        "{}",
+        text(&status)
+    );
+    // Killed holding it: dead by evidence only (no beacon), so the grace period applies.
+    node.kill().unwrap();
+    node.wait().unwrap();
+    let out = s.dirlock(&["run", "--app", "apnea", "--repository", r, "--", "true"]);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out));
+    assert!(text(&out).contains("reclaimable in"), "{}", text(&out));
+    let lock = PathBuf::from(
+        String::from_utf8(
+            s.dirlock(&["path", "--app", "apnea", "--repository", r])
+                .stdout,
+        )
+        .unwrap()
+        .trim_end(),
+    );
+    set_age(&lock, Duration::from_secs(61));
+    let out = s.dirlock(&["run", "--app", "apnea", "--repository", r, "--", "true"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn dirlocks_holder_excludes_the_reference_which_reclaims_it_by_its_own_rules() {
+    let s = Shared::new();
+    let r = s.repo();
+    let r = r.to_str().unwrap();
+    let until = s.tmp.path().join("until");
+    let mut holder = Command::new(BIN)
+        .args(["hold", "--app", "apnea", "--repository", r, "--until"])
+        .arg(&until)
+        .env("TMPDIR", s.tmpdir())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("held "), "{line}");
+    // The reference reads our record (pid and token among our fields) and finds it live.
+    assert!(
+        s.node_out(&["try", r]).starts_with("error live"),
+        "the reference must see a live holder"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    // Its own rules: a dead pid inside its 60 s grace is stale, and is reclaimed past it.
+    assert!(s.node_out(&["try", r]).starts_with("error stale"));
+    let lock = PathBuf::from(line["held ".len()..].trim_end());
+    set_age(&lock, Duration::from_secs(61));
+    assert_eq!(s.node_out(&["try", r]), "ran");
+    assert!(!lock.exists());
+}
+
+const SECTION: &str = r#"
+cd "$1" || exit 99
+echo "enter $$" >> log
+(set -C; echo $$ > occupied) 2>/dev/null || echo "overlap $$" >> log
+n=$(cat counter 2>/dev/null || echo 0)
+echo $((n + 1)) > counter.$$ && mv counter.$$ counter
+echo "exit $$ $((n + 1))" >> log
+rm -f occupied
+"#;
+
+#[test]
+fn exclusion_holds_across_both_implementations() {
+    let s = Shared::new();
+    let home = s.repo();
+    let work = s.tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let script = s.tmp.path().join("section.sh");
+    std::fs::write(&script, SECTION).unwrap();
+    let (home_s, work_s) = (
+        home.to_str().unwrap().to_owned(),
+        work.to_str().unwrap().to_owned(),
+    );
+    let nodes: Vec<Child> = (0..3)
+        .map(|_| {
+            s.node(&["sections", &home_s, &work_s, "12"])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let ours: Vec<_> = (0..3)
+        .map(|_| {
+            let (home, script, work, tmpdir) =
+                (home_s.clone(), script.clone(), work_s.clone(), s.tmpdir());
+            std::thread::spawn(move || {
+                for _ in 0..12 {
+                    let out = Command::new(BIN)
+                        .args([
+                            "run",
+                            "-q",
+                            "--app",
+                            "apnea",
+                            "--global-setup",
+                            &home,
+                            "--",
+                            "sh",
+                        ])
+                        .arg(&script)
+                        .arg(&work)
+                        .env("TMPDIR", &tmpdir)
+                        .output()
+                        .unwrap();
+                    assert!(
+                        out.status.success(),
+                        "{}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in ours {
+        t.join().unwrap();
+    }
+    let mut reference_errors = Vec::new();
+    for n in nodes {
+        let out = n.wait_with_output().unwrap();
+        reference_errors.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_owned),
+        );
+    }
+    let log = std::fs::read_to_string(work.join("log")).unwrap();
+    assert!(!log.contains("overlap"), "two sections at once:\n{log}");
+    let mut inside: Option<String> = None;
+    let mut exits = 0;
+    for line in log.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f[0] {
+            "enter" => {
+                assert!(inside.is_none(), "{line} while {inside:?} is inside");
+                inside = Some(f[1].to_owned());
+            }
+            "exit" => {
+                assert_eq!(inside.as_deref(), Some(f[1]));
+                inside = None;
+                exits += 1;
+            }
+            _ => {}
+        }
+    }
+    let counter: u32 = std::fs::read_to_string(work.join("counter"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(counter, exits, "a lost update");
+    // dirlock's 36 sections all ran; the reference fails a section now and then (it reports a
+    // lock it sees mid-release as malformed: the flaw PROTOCOL.md describes).
+    assert!(
+        exits >= 36,
+        "{exits} sections; reference errors: {reference_errors:?}"
+    );
+    eprintln!("interop: {exits} sections across both, reference errors: {reference_errors:?}");
+}

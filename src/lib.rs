@@ -101,7 +101,7 @@ mod owner;
 pub mod paths;
 mod protocol;
 mod reclaim;
-#[cfg(test)]
+#[cfg(any(test, feature = "sim"))]
 mod sim;
 mod sys;
 
@@ -113,6 +113,13 @@ pub use locks::{LockRequest, Locks, HELD_VAR};
 pub use options::{Cancel, Wait, Waiting, DEFAULT_GRACE};
 pub use owner::Owner;
 pub use protocol::{Sweep, Unlocked};
+
+/// The deterministic simulation, for the fuzz crate (feature `sim`). Not a stable API.
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod __sim {
+    pub use crate::sim::{check_names, fuzz};
+}
 
 /// Process plumbing for the `dirlock` command (signal forwarding). Not a stable API.
 #[doc(hidden)]

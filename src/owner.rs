@@ -193,6 +193,49 @@ mod tests {
         assert!(Owner::parse(big.as_bytes()).unwrap_err().contains("larger"));
     }
 
+    proptest::proptest! {
+        /// The stable mirror of the `owner_record` fuzz target.
+        #[test]
+        fn arbitrary_bytes_never_panic_and_accepted_records_round_trip(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..5000)) {
+            if let Ok(owner) = Owner::parse(&data) {
+                proptest::prop_assert!(data.len() <= OWNER_LIMIT);
+                if let Ok(bytes) = owner.to_bytes() {
+                    proptest::prop_assert_eq!(Owner::parse(&bytes).unwrap(), owner);
+                }
+            }
+        }
+
+        /// Every record we can write parses back to itself.
+        #[test]
+        fn written_records_round_trip(
+            pid in 1u32..=i32::MAX as u32,
+            token in "[a-z0-9-]{1,40}",
+            start in proptest::option::of(proptest::prelude::any::<u64>()),
+            text in proptest::option::of(".{0,200}"),
+            beacon in proptest::option::of(proptest::prelude::any::<bool>()),
+            ms in proptest::option::of(proptest::prelude::any::<u64>()),
+        ) {
+            let mut o = Owner::new(pid, token);
+            o.start_time = start;
+            o.boot_id = text.clone();
+            o.host = text.clone();
+            o.pid_namespace = text.clone();
+            o.purpose = text;
+            o.beacon = beacon;
+            o.acquired_unix_ms = ms;
+            let bytes = o.to_bytes().unwrap();
+            proptest::prop_assert_eq!(Owner::parse(&bytes).unwrap(), o);
+        }
+
+        /// JSON objects with wrong-typed known fields are malformed, never accepted.
+        #[test]
+        fn wrong_types_are_malformed(field in "(pid|token|start_time|boot_id|host|pid_namespace|acquired_unix_ms|beacon|purpose|writer)") {
+            let mut v = serde_json::json!({"pid": 1, "token": "t"});
+            v[&field] = serde_json::json!([1, 2]);
+            proptest::prop_assert!(Owner::parse(v.to_string().as_bytes()).is_err());
+        }
+    }
+
     #[test]
     fn oversized_records_are_not_written() {
         let mut o = Owner::new(1, "t");

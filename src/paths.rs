@@ -233,6 +233,27 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// The stable mirror of the `lock_names` fuzz target.
+        #[test]
+        fn derived_names_have_the_reference_shape(path in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
+            use std::os::unix::ffi::OsStrExt;
+            let p = Path::new(std::ffi::OsStr::from_bytes(&path));
+            for (name, prefix) in [(repository_lock_name(p), "repository-"), (global_setup_lock_name(p), "global-setup-")] {
+                let hex = name.strip_prefix(prefix).and_then(|n| n.strip_suffix(".lock")).unwrap();
+                proptest::prop_assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+                proptest::prop_assert_eq!(classify(&name), Entry::Lock(name.clone()));
+            }
+        }
+
+        /// Accepted lock names, and the names derived from them, classify back.
+        #[test]
+        fn accepted_names_classify_back(name in "[A-Za-z0-9._-]{0,40}(\\.lock)?") {
+            let _ = classify(&name);
+            crate::sim::check_names(&name);
+        }
+    }
+
     #[test]
     fn start_time_is_field_22_even_with_odd_command_names() {
         let line = "4242 (we ird) (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";

@@ -50,7 +50,7 @@ pub(crate) fn reclaim<S: System>(
     grace: Duration,
 ) -> Result<Reclaim, Error> {
     let gname = guard_name(name);
-    #[cfg(test)]
+    #[cfg(any(test, feature = "sim"))]
     if sp.sys.mutant() == crate::sys::Mutant::SkipGuard {
         return retire_checked(sp, name, expect);
     }
@@ -137,9 +137,9 @@ pub(crate) fn reclaim<S: System>(
 
 /// Whether the token-check mutant is active (always false outside tests).
 fn skip_token<S: System>(_sp: &Space<S>) -> bool {
-    #[cfg(test)]
+    #[cfg(any(test, feature = "sim"))]
     return _sp.sys.mutant() == crate::sys::Mutant::SkipTokenCheck;
-    #[cfg(not(test))]
+    #[cfg(not(any(test, feature = "sim")))]
     false
 }
 

@@ -757,11 +757,13 @@ impl Strategy for Random {
 
 /// Replays a prefix of choices, then takes the first option, recording how many options each
 /// point had: the engine of a depth-first search over all schedules.
+#[cfg(test)]
 pub(crate) struct Replay {
     pub prefix: Vec<usize>,
     pub taken: Vec<(usize, usize)>, // (choice, options)
 }
 
+#[cfg(test)]
 impl Strategy for Replay {
     fn choose(&mut self, runs: usize, crashes: usize) -> usize {
         let n = runs + crashes;
@@ -770,6 +772,106 @@ impl Strategy for Replay {
         self.taken.push((c, n));
         c
     }
+}
+
+/// Choices read from a fuzzer's bytes: a byte below 8 crashes (if a crash is allowed), any
+/// other picks who runs; past the end, a seeded random walk takes over.
+pub(crate) struct Bytes<'a> {
+    data: &'a [u8],
+    pos: usize,
+    rest: Random,
+}
+
+impl Strategy for Bytes<'_> {
+    fn choose(&mut self, runs: usize, crashes: usize) -> usize {
+        let Some(&b) = self.data.get(self.pos) else {
+            return self.rest.choose(runs, crashes);
+        };
+        self.pos += 1;
+        if crashes > 0 && b < 8 {
+            runs + b as usize % crashes
+        } else {
+            b as usize % runs
+        }
+    }
+}
+
+/// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
+/// mirror): the first bytes choose 2 to 4 processes and their scripts and whether flock works,
+/// (or an intruder's empty directory), the rest drive every scheduling decision and crash.
+///
+/// # Errors
+///
+/// The invariant violations found, with the steps that led to them.
+pub fn fuzz(data: &[u8]) -> Result<(), String> {
+    let (head, rest) = data.split_at(data.len().min(6));
+    let at = |i: usize| head.get(i).copied().unwrap_or(0);
+    let n = 2 + at(0) as usize % 3;
+    let scripts = (0..n)
+        .map(|i| match at(1 + i) % 7 {
+            0 => Script::Worker {
+                rounds: 2,
+                wait: Wait::Immediately,
+            },
+            1 | 2 => Script::Worker {
+                rounds: 2,
+                wait: Wait::Forever,
+            },
+            3 => Script::Worker {
+                rounds: 1,
+                wait: Wait::Timeout(Duration::from_secs(3)),
+            },
+            4 => Script::Sweeper,
+            5 => Script::Unlocker,
+            _ => Script::Intruder,
+        })
+        .collect();
+    let cfg = Config {
+        scripts,
+        mutant: Mutant::None,
+        grace: Duration::from_secs(5),
+        crashes: 1,
+        preemptions: None,
+        no_flock: at(5) % 4 == 0,
+    };
+    let mut strategy = Bytes {
+        data: rest,
+        pos: 0,
+        rest: Random::new(data.len() as u64),
+    };
+    run(&cfg, &mut strategy).map(drop)
+}
+
+/// Checks a caller-chosen lock name the way the fuzzer wants: when [`paths::check_lock_name`]
+/// accepts it, it classifies as a lock, and its candidate, tombstone and guard names classify
+/// back to it.
+///
+/// [`paths::check_lock_name`]: crate::paths
+pub fn check_names(name: &str) {
+    use crate::paths::{candidate_name, check_lock_name, tombstone_name};
+    if check_lock_name(name).is_err() {
+        return;
+    }
+    assert_eq!(classify(name), Entry::Lock(name.to_owned()), "{name:?}");
+    assert_eq!(
+        classify(&candidate_name(name, "t")),
+        Entry::Candidate {
+            lock: name.to_owned(),
+            token: "t".into()
+        }
+    );
+    assert_eq!(
+        classify(&tombstone_name(name, "u")),
+        Entry::Tombstone {
+            lock: name.to_owned()
+        }
+    );
+    assert_eq!(
+        classify(&guard_name(name)),
+        Entry::Guard {
+            lock: name.to_owned()
+        }
+    );
 }
 
 /// A simulation's shape.
@@ -1336,6 +1438,18 @@ mod tests {
         let mut cfg = config(workers(4, Wait::Forever), Mutant::None);
         cfg.no_flock = true;
         random(&cfg, 0..per);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// The stable mirror of the stateful fuzz target: arbitrary bytes shape and schedule a
+        /// simulation; no schedule violates an invariant.
+        #[test]
+        fn arbitrary_schedules_keep_the_invariants(data in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            if let Err(v) = fuzz(&data) {
+                panic!("{v}");
+            }
+        }
     }
 
     /// A mutant is caught when some seed finds a violation.

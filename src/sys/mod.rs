@@ -91,7 +91,7 @@ pub struct Identity {
 
 /// Deliberately broken variants of the protocol, for showing that the simulation catches them.
 /// Test builds only: release builds have no trace of them.
-#[cfg(test)]
+#[cfg(any(test, feature = "sim"))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mutant {
     /// The protocol as written.
@@ -187,7 +187,7 @@ pub trait System {
     ) -> io::Result<Wake>;
 
     /// Which deliberate break is active (test builds only).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "sim"))]
     fn mutant(&self) -> Mutant {
         Mutant::None
     }

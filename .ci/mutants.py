@@ -116,6 +116,10 @@ MUTANTS = [
     ("pid-namespace-judged-by-pid", "src/liveness.rs",
      "if owner.has_beacon() {", "if owner.pid_namespace.is_none() && owner.has_beacon() {",
      "it", "crash::a_holder_in_another_pid_namespace_is_judged_by_its_beacon"),
+    ("library-chaos-publish-treats-EEXIST-as-won", "src/protocol.rs",
+     "Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Contended),",
+     "Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Won),",
+     "it", "chaos::library_chaos_short"),
 ]
 
 def main():

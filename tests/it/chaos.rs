@@ -254,7 +254,163 @@ fn chaos_soak() {
         ("tmpfs", tempfile::tempdir_in("/dev/shm").unwrap()),
         ("disk", tempfile::tempdir().unwrap()),
     ] {
-        let o = chaos(base.path(), 16, Duration::from_secs(secs / 2));
+        let o = chaos(base.path(), 16, Duration::from_secs(secs / 4));
         report(place, &o);
+        let o = library_chaos(base.path(), 16, Duration::from_secs(secs / 4));
+        eprintln!(
+            "library chaos on {place}: {} acquisitions, {} workers SIGKILLed",
+            o.sections, o.kills
+        );
+    }
+}
+
+#[test]
+fn library_chaos_short() {
+    let base = tempfile::tempdir_in("/dev/shm").unwrap();
+    let o = library_chaos(base.path(), 8, Duration::from_secs(2));
+    eprintln!(
+        "library chaos: {} acquisitions, {} workers SIGKILLed",
+        o.sections, o.kills
+    );
+    assert!(
+        o.sections > 100 && o.kills > 5,
+        "too little happened to prove anything"
+    );
+}
+
+/// A worker process (this test binary, re-executed): acquire, critical section, release, until
+/// the stop file appears. Does nothing when run as an ordinary test.
+#[test]
+#[ignore = "a worker of library_chaos, started by it"]
+fn chaos_worker() {
+    let Some(work) = std::env::var_os("CHAOS_WORKER_DIR").map(std::path::PathBuf::from) else {
+        return;
+    };
+    use std::io::Write;
+    let locks = dirlock::Locks::in_dir(work.join("locks")).unwrap();
+    let me = std::process::id();
+    let log = |line: String| {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(work.join("log"))
+            .unwrap();
+        f.write_all(line.as_bytes()).unwrap();
+    };
+    while !work.join("stop").exists() {
+        let g = locks
+            .named_lock("soak.lock")
+            .wait(dirlock::Wait::Forever)
+            .durable(false)
+            .acquire()
+            .unwrap();
+        log(format!("enter {me}\n"));
+        let marker = work.join("occupied");
+        let mine = work.join(format!("mine.{me}"));
+        std::fs::write(&mine, me.to_string()).unwrap();
+        if std::fs::hard_link(&mine, &marker).is_err() {
+            // Fine only if the marker's section is dead (killed inside).
+            if let Ok(p) = std::fs::read_to_string(&marker) {
+                let state = std::fs::read_to_string(format!("/proc/{p}/stat")).ok();
+                let alive = state
+                    .as_deref()
+                    .and_then(|s| s.rsplit(')').next())
+                    .is_some_and(|r| !r.trim_start().starts_with('Z'));
+                if alive {
+                    log(format!("overlap {me} {p}\n"));
+                }
+            }
+            let _ = std::fs::remove_file(&marker);
+            if std::fs::hard_link(&mine, &marker).is_err() {
+                log(format!("overlap {me} marker\n"));
+            }
+        }
+        let _ = std::fs::remove_file(&mine);
+        let n: u64 = std::fs::read_to_string(work.join("counter"))
+            .ok()
+            .and_then(|c| c.trim().parse().ok())
+            .unwrap_or(0);
+        let tmp = work.join(format!("counter.{me}"));
+        std::fs::write(&tmp, (n + 1).to_string()).unwrap();
+        #[allow(clippy::disallowed_methods)]
+        std::fs::rename(&tmp, work.join("counter")).unwrap();
+        log(format!("exit {me} {}\n", n + 1));
+        let _ = std::fs::remove_file(&marker);
+        g.release().unwrap();
+    }
+}
+
+/// Library workers in real processes, SIGKILLed at random and respawned.
+fn library_chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
+    let work = base.join("lib-work");
+    std::fs::create_dir_all(&work).unwrap();
+    let spawn = || {
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "chaos::chaos_worker", "--ignored", "--quiet"])
+            .env("CHAOS_WORKER_DIR", &work)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut children: Vec<std::process::Child> = (0..workers).map(|_| spawn()).collect();
+    let deadline = Instant::now() + run_for;
+    let mut kills = 0;
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10 + rng % 30));
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let i = (rng as usize) % children.len();
+        children[i].kill().unwrap();
+        children[i].wait().unwrap();
+        kills += 1;
+        children[i] = spawn();
+    }
+    std::fs::write(work.join("stop"), "").unwrap();
+    for mut c in children {
+        let status = c.wait().unwrap();
+        assert!(status.success(), "a worker failed: {status}");
+    }
+    let log = std::fs::read_to_string(work.join("log")).unwrap_or_default();
+    let overlaps: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("overlap"))
+        .take(5)
+        .collect();
+    assert!(overlaps.is_empty(), "I1 violated: {overlaps:?}");
+    let (mut entered, mut exits) = (0u64, 0u64);
+    let mut inside: Option<&str> = None;
+    for line in log.lines() {
+        let mut f = line.split(' ');
+        match (f.next(), f.next()) {
+            (Some("enter"), Some(pid)) => {
+                entered += 1;
+                inside = Some(pid);
+            }
+            (Some("exit"), Some(pid)) => {
+                assert_eq!(
+                    inside,
+                    Some(pid),
+                    "an exit by a section that is not inside: {line}"
+                );
+                exits += 1;
+                inside = None;
+            }
+            _ => {}
+        }
+    }
+    let counter: u64 = std::fs::read_to_string(work.join("counter"))
+        .map(|c| c.trim().parse().unwrap())
+        .unwrap_or(0);
+    assert!(
+        counter >= exits && counter <= entered,
+        "counter {counter}, {exits} completed, {entered} entered"
+    );
+    Outcome {
+        sections: exits,
+        kills,
+        fail_points: 0,
     }
 }

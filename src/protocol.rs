@@ -263,9 +263,18 @@ fn stage<S: System>(sp: &Space<S>, req: &Request, me: &Identity) -> Result<Stage
             .sys
             .open_dir_at(sp.dir, &name)
             .map_err(|e| sp.io("open the candidate directory", &name, e))?;
-        sp.sys
-            .set_mode(&dir, 0o700)
-            .map_err(|e| sp.io("set the mode of the candidate directory", &name, e))?;
+        let meta = sp
+            .sys
+            .meta(&dir)
+            .map_err(|e| sp.io("inspect the candidate directory", &name, e))?;
+        // mkdir gave 0700 & ~umask. Only a umask that strips owner bits needs fixing, and then
+        // the record's 0600 does too (0700 & ~u == 0700 implies 0600 & ~u == 0600).
+        let umask_stripped = meta.mode & 0o777 != 0o700;
+        if umask_stripped {
+            sp.sys
+                .set_mode(&dir, 0o700)
+                .map_err(|e| sp.io("set the mode of the candidate directory", &name, e))?;
+        }
         let beacon = match sp.sys.try_lock(&dir, true) {
             Ok(true) => true,
             Ok(false) => {
@@ -283,13 +292,8 @@ fn stage<S: System>(sp: &Space<S>, req: &Request, me: &Identity) -> Result<Stage
             Err(e) => return Err(sp.io("lock the candidate directory", &name, e)),
         };
         owner.beacon = Some(beacon);
-        let id = sp
-            .sys
-            .meta(&dir)
-            .map_err(|e| sp.io("inspect the candidate directory", &name, e))?
-            .id;
-        write_record(sp, &dir, &name, &owner, req.options.durable)?;
-        Ok((dir, id))
+        write_record(sp, &dir, &name, &owner, req.options.durable, umask_stripped)?;
+        Ok((dir, meta.id))
     })();
     match result {
         Ok((dir, id)) => Ok(Staged {
@@ -312,6 +316,7 @@ fn write_record<S: System>(
     name: &str,
     owner: &Owner,
     durable: bool,
+    fix_mode: bool,
 ) -> Result<(), Error> {
     let bytes = owner.to_bytes().map_err(|problem| Error::InvalidInput {
         what: "purpose".into(),
@@ -319,7 +324,7 @@ fn write_record<S: System>(
     })?;
     let file = format!("{name}/{OWNER_FILE}");
     sp.sys
-        .create_file_at(dir, OWNER_FILE, &bytes, durable)
+        .create_file_at(dir, OWNER_FILE, &bytes, durable, fix_mode)
         .map_err(|e| sp.io("write the owner record", &file, e))?;
     if durable {
         sp.sys
@@ -346,7 +351,7 @@ fn refresh<S: System>(
     sp.sys
         .remove_file_at(&c.dir, OWNER_FILE)
         .map_err(|e| sp.io("refresh the owner record", &c.name, e))?;
-    write_record(sp, &c.dir, &c.name, &owner, options.durable)?;
+    write_record(sp, &c.dir, &c.name, &owner, options.durable, true)?;
     c.owner = owner;
     c.staged_at = sp.sys.monotonic();
     Ok(())
@@ -360,15 +365,14 @@ enum Publish {
 
 fn publish<S: System>(sp: &Space<S>, c: &Staged<S>, name: &str) -> Result<Publish, Error> {
     match sp.sys.rename_noreplace(sp.dir, &c.name, name) {
-        Ok(()) => {
-            // A plain-rename fallback could in principle have landed elsewhere; confirm that
-            // NAME is now our very directory (one fstatat).
-            match sp.sys.meta_at(sp.dir, name) {
-                Ok(m) if m.id == c.id => Ok(Publish::Won),
-                Ok(_) => Ok(Publish::Contended),
-                Err(e) => Err(sp.io("check the published lock", name, e)),
-            }
-        }
+        // RENAME_NOREPLACE succeeding is the proof. The plain-rename fallback (filesystems
+        // that refuse the flag) is verified: NAME must now be our very directory.
+        Ok(()) if !sp.sys.rename_is_plain() => Ok(Publish::Won),
+        Ok(()) => match sp.sys.meta_at(sp.dir, name) {
+            Ok(m) if m.id == c.id => Ok(Publish::Won),
+            Ok(_) => Ok(Publish::Contended),
+            Err(e) => Err(sp.io("check the published lock", name, e)),
+        },
         Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Contended),
         Err(e) => {
             // A network filesystem may report an error for a rename that happened.
@@ -671,7 +675,8 @@ pub(crate) fn release<S: System>(
         }
         Err(e) => return Err(sp.io("check the lock before release", name, e)),
     }
-    let tomb = tombstone_name(name, &sp.sys.token());
+    // Named by our token: unique (a token is published once), and no random draw needed.
+    let tomb = tombstone_name(name, &held.owner.token);
     match sp.sys.rename_noreplace(sp.dir, name, &tomb) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -770,7 +775,7 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
                     keep(&entry, "it could not be removed");
                 }
             }
-            Entry::Candidate { lock, .. } => {
+            Entry::Candidate { lock, token } => {
                 let Ok(meta) = sp.sys.meta_at(sp.dir, &entry) else {
                     continue; // published or removed meanwhile
                 };
@@ -820,7 +825,7 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
                     }
                 }
                 // Retire it first, so that its creator's publish and this sweep cannot both win.
-                let tomb = tombstone_name(&lock, &sp.sys.token());
+                let tomb = tombstone_name(&lock, &token);
                 match sp.sys.rename_noreplace(sp.dir, &entry, &tomb) {
                     Ok(()) => {
                         drop(dir);

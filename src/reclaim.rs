@@ -153,7 +153,7 @@ fn under_guard<S: System>(
     let marker = format!("{{\"pid\":{}}}", sp.sys.pid());
     match sp
         .sys
-        .create_file_at(guard, GUARD_MARKER, marker.as_bytes(), false)
+        .create_file_at(guard, GUARD_MARKER, marker.as_bytes(), false, false)
     {
         Ok(()) => {}
         Err(e) if is(&e, Errno::Exists) => {}
@@ -196,7 +196,11 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
             }
         }
     };
-    let tomb = tombstone_name(name, &sp.sys.token());
+    // A dead owner's lock is named by its token (unique); a forced removal by a fresh one.
+    let tomb = match expect {
+        Expect::Token(token) => tombstone_name(name, token),
+        Expect::Dir(_) => tombstone_name(name, &sp.sys.token()),
+    };
     match sp.sys.rename_noreplace(sp.dir, name, &tomb) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Reclaim::Changed),

@@ -139,14 +139,15 @@ pub trait System {
     fn meta_at(&self, at: &Self::Dir, name: &str) -> io::Result<Meta>;
     /// `fchmod` of an open directory.
     fn set_mode(&self, dir: &Self::Dir, mode: u32) -> io::Result<()>;
-    /// Creates file `name` in `at` with `O_CREAT | O_EXCL | O_NOFOLLOW`, mode exactly 0600,
-    /// writes `contents` and, if `sync`, fsyncs it.
+    /// Creates file `name` in `at` with `O_CREAT | O_EXCL | O_NOFOLLOW` and mode 0600 (less
+    /// the umask; exactly 0600 if `exact_mode`), writes `contents` and, if `sync`, fsyncs it.
     fn create_file_at(
         &self,
         at: &Self::Dir,
         name: &str,
         contents: &[u8],
         sync: bool,
+        exact_mode: bool,
     ) -> io::Result<()>;
     /// Reads file `name` in `at` without following a symlink or blocking on a FIFO; returns its
     /// metadata and at most `limit + 1` bytes (so the caller can tell an oversized file).
@@ -158,6 +159,11 @@ pub trait System {
     /// Where the filesystem rejects no-replace renames, falls back to a plain rename (which
     /// can replace only an *empty* directory); the caller verifies the result.
     fn rename_noreplace(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
+    /// Whether [`System::rename_noreplace`] has fallen back to plain renames (whose results
+    /// the caller must verify).
+    fn rename_is_plain(&self) -> bool {
+        false
+    }
     /// Removes file `name` in `at`.
     fn remove_file_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
     /// Removes empty directory `name` in `at`.

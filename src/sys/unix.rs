@@ -180,9 +180,30 @@ fn hostname() -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// This process's pid, cached (glibc no longer caches it, and the protocol asks often); a
+/// `pthread_atfork` child handler clears the cache in every forked child.
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+extern "C" fn forget_pid_in_child() {
+    // Async-signal-safe: a relaxed atomic store.
+    PID.store(0, Ordering::Relaxed);
+}
+
 fn getpid() -> u32 {
+    let cached = PID.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    ATFORK.call_once(|| {
+        // SAFETY: registers a handler that only performs an atomic store; no prepare or parent
+        // handler.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_pid_in_child)) };
+    });
     // SAFETY: getpid has no preconditions and cannot fail.
-    unsafe { libc::getpid() as u32 }
+    let pid = unsafe { libc::getpid() as u32 };
+    PID.store(pid, Ordering::Relaxed);
+    pid
 }
 
 fn geteuid() -> u32 {
@@ -439,6 +460,7 @@ impl System for Real {
         name: &str,
         contents: &[u8],
         sync: bool,
+        exact_mode: bool,
     ) -> io::Result<()> {
         let n = cstr(name)?;
         // SAFETY: `at` is an open directory, `n` is NUL-terminated; O_EXCL|O_NOFOLLOW make a new
@@ -452,9 +474,11 @@ impl System for Real {
             )
         })?;
         let fd = owned(fd);
-        // The umask may have taken bits away (even the owner's): set the mode exactly.
-        // SAFETY: `fd` is the file just created.
-        retry(|| unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) })?;
+        if exact_mode {
+            // The umask took bits away (even the owner's): set the mode exactly.
+            // SAFETY: `fd` is the file just created.
+            retry(|| unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) })?;
+        }
         let mut written = 0;
         while written < contents.len() {
             let rest = &contents[written..];
@@ -555,6 +579,10 @@ impl System for Real {
             libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr())
         })?;
         Ok(())
+    }
+
+    fn rename_is_plain(&self) -> bool {
+        !cfg!(target_os = "linux") || NO_RENAMEAT2.load(Ordering::Relaxed)
     }
 
     fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {

@@ -329,7 +329,6 @@ fn eio_and_eintr_at_each_system_call_in_turn() {
     for must in [
         "mkdirat=EIO",
         "openat=EIO",
-        "fchmod=EIO",
         "flock=EIO",
         "write=EIO",
         "fsync=EIO",

@@ -80,6 +80,27 @@
 //! unknown; no such pid: dead by evidence; pid start time differs: dead by evidence (pid
 //! reused); otherwise live. A fact that cannot be read judges the owner live.
 //!
+//! # Cost
+//!
+//! An uncontended, durable acquire + release is 18 system calls (`strace -c`; the bare
+//! sequence of the same steps, without any checks, is 15). Each one:
+//!
+//! | step | calls | why |
+//! | --- | --- | --- |
+//! | lock directory | `fstat` | it still exists (a temp cleaner may remove an empty directory; a lock in a removed directory would exclude no one) |
+//! | stage | `getrandom` | the token (a UUID v4, as the reference writes) |
+//! | | `mkdirat`, `openat`, `fstat` | the candidate, its handle, its inode identity and mode (`fchmod` only if the umask stripped owner bits) |
+//! | | `flock` | the beacon, held for the lock's life |
+//! | | `openat`, `write`, `fsync`, `close`, `fsync` | the record, complete and durable before it can be seen (no `fsync`s with `durable(false)`) |
+//! | publish | `renameat2(RENAME_NOREPLACE)` | atomic, never over anything; its success is the proof |
+//! | release | `fstatat` | the lock is still ours (the very inode our beacon holds) |
+//! | | `renameat2`, `fstatat` | retire to a tombstone named by our token, and check it is what we retired |
+//! | reap | `unlinkat`, `close`, `unlinkat` | the record, the beacon (this wakes waiters), the tombstone |
+//!
+//! A waiter stages its candidate before it sleeps, so taking over a released lock costs one
+//! rename after the wake-up. The pid is cached (and reset in forked children); identity facts
+//! are read once per process.
+//!
 //! # Limits
 //!
 //! - Linux is the first-class platform. Other Unixes compile with fallbacks (plain rename

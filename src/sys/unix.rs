@@ -133,6 +133,22 @@ fn read_to_limit(fd: RawFd, limit: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// `openat(at, name, flags | O_CLOEXEC, 0600)`, retried on EINTR.
+fn openat(at: &OwnedFd, name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let n = cstr(name)?;
+    // SAFETY: `at` is an open directory and `n` is NUL-terminated; the mode is read only with
+    // O_CREAT. The result is a new descriptor or -1.
+    let fd = retry(|| unsafe {
+        libc::openat(
+            at.as_raw_fd(),
+            n.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    })?;
+    Ok(owned(fd))
+}
+
 fn read_small(path: &CStr) -> Option<String> {
     // SAFETY: `path` is NUL-terminated; the flags open a read-only descriptor we own.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
@@ -408,17 +424,11 @@ impl System for Real {
     }
 
     fn open_dir_at(&self, at: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
-        let n = cstr(name)?;
-        // SAFETY: `at` is an open directory, `n` is NUL-terminated; the result is a new
-        // descriptor or -1.
-        let fd = retry(|| unsafe {
-            libc::openat(
-                at.as_raw_fd(),
-                n.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        })?;
-        Ok(owned(fd))
+        openat(
+            at,
+            name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
     }
 
     fn mkdir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
@@ -462,18 +472,12 @@ impl System for Real {
         sync: bool,
         exact_mode: bool,
     ) -> io::Result<()> {
-        let n = cstr(name)?;
-        // SAFETY: `at` is an open directory, `n` is NUL-terminated; O_EXCL|O_NOFOLLOW make a new
-        // file or fail. The result is a new descriptor or -1.
-        let fd = retry(|| unsafe {
-            libc::openat(
-                at.as_raw_fd(),
-                n.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
-        })?;
-        let fd = owned(fd);
+        // O_EXCL | O_NOFOLLOW: a new file, or an error.
+        let fd = openat(
+            at,
+            name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+        )?;
         if exact_mode {
             // The umask took bits away (even the owner's): set the mode exactly.
             // SAFETY: `fd` is the file just created.
@@ -504,17 +508,12 @@ impl System for Real {
     }
 
     fn read_file_at(&self, at: &OwnedFd, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
-        let n = cstr(name)?;
-        // SAFETY: `at` is open and `n` NUL-terminated. O_NOFOLLOW refuses a symlink and
-        // O_NONBLOCK keeps a FIFO from blocking the open; the result is a new descriptor or -1.
-        let fd = retry(|| unsafe {
-            libc::openat(
-                at.as_raw_fd(),
-                n.as_ptr(),
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
-            )
-        })?;
-        let fd = owned(fd);
+        // O_NOFOLLOW refuses a symlink; O_NONBLOCK keeps a FIFO from blocking the open.
+        let fd = openat(
+            at,
+            name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )?;
         let meta = fstat(fd.as_raw_fd())?;
         if meta.kind != Kind::File {
             // Never read from a FIFO, socket or device: the caller sees the kind and refuses.

@@ -159,32 +159,7 @@ fn chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let log = std::fs::read_to_string(work.join("log")).unwrap_or_default();
-    let overlaps: Vec<&str> = log.lines().filter(|l| l.starts_with("overlap")).collect();
-    assert!(overlaps.is_empty(), "I1 violated: {overlaps:?}");
-    // Between an `enter` and the next `enter`, only the first section's `exit` may appear.
-    let mut inside: Option<&str> = None;
-    let mut exits = 0u64;
-    let mut entered = 0u64;
-    for line in log.lines() {
-        let mut f = line.split(' ');
-        match (f.next(), f.next()) {
-            (Some("enter"), Some(pid)) => {
-                entered += 1;
-                inside = Some(pid);
-            }
-            (Some("exit"), Some(pid)) => {
-                assert_eq!(
-                    inside,
-                    Some(pid),
-                    "an exit by a section that is not inside: {line}"
-                );
-                exits += 1;
-                inside = None;
-            }
-            _ => {}
-        }
-    }
+    let (entered, exits) = check_log(&work);
     let counter: u64 = std::fs::read_to_string(work.join("counter"))
         .map(|c| c.trim().parse().unwrap())
         .unwrap_or(0);
@@ -212,6 +187,41 @@ fn chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
         kills,
         fail_points: fail_points.load(Ordering::SeqCst),
     }
+}
+
+/// Checks a sections log (I1): no section saw another inside, and between an `enter` and the
+/// next `enter` only the first section's `exit` appears (a section killed inside has none).
+/// Returns (sections entered, sections completed).
+fn check_log(work: &Path) -> (u64, u64) {
+    let log = std::fs::read_to_string(work.join("log")).unwrap_or_default();
+    let overlaps: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("overlap"))
+        .take(5)
+        .collect();
+    assert!(overlaps.is_empty(), "I1 violated: {overlaps:?}");
+    let (mut entered, mut exits) = (0u64, 0u64);
+    let mut inside: Option<&str> = None;
+    for line in log.lines() {
+        let mut f = line.split(' ');
+        match (f.next(), f.next()) {
+            (Some("enter"), Some(pid)) => {
+                entered += 1;
+                inside = Some(pid);
+            }
+            (Some("exit"), Some(pid)) => {
+                assert_eq!(
+                    inside,
+                    Some(pid),
+                    "an exit by a section that is not inside: {line}"
+                );
+                exits += 1;
+                inside = None;
+            }
+            _ => {}
+        }
+    }
+    (entered, exits)
 }
 
 fn report(place: &str, o: &Outcome) {
@@ -373,34 +383,7 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
         let status = c.wait().unwrap();
         assert!(status.success(), "a worker failed: {status}");
     }
-    let log = std::fs::read_to_string(work.join("log")).unwrap_or_default();
-    let overlaps: Vec<&str> = log
-        .lines()
-        .filter(|l| l.starts_with("overlap"))
-        .take(5)
-        .collect();
-    assert!(overlaps.is_empty(), "I1 violated: {overlaps:?}");
-    let (mut entered, mut exits) = (0u64, 0u64);
-    let mut inside: Option<&str> = None;
-    for line in log.lines() {
-        let mut f = line.split(' ');
-        match (f.next(), f.next()) {
-            (Some("enter"), Some(pid)) => {
-                entered += 1;
-                inside = Some(pid);
-            }
-            (Some("exit"), Some(pid)) => {
-                assert_eq!(
-                    inside,
-                    Some(pid),
-                    "an exit by a section that is not inside: {line}"
-                );
-                exits += 1;
-                inside = None;
-            }
-            _ => {}
-        }
-    }
+    let (entered, exits) = check_log(&work);
     let counter: u64 = std::fs::read_to_string(work.join("counter"))
         .map(|c| c.trim().parse().unwrap())
         .unwrap_or(0);

@@ -240,7 +240,7 @@ fn read_identity() -> Identity {
 }
 
 /// A waiter's registrations: a watch in this thread's inotify instance and, for a pid-judged
-/// holder, a pidfd. Dropping it removes the watch (cheap) and drains the queue.
+/// holder, a pidfd. Dropping it removes the watch (cheap); the next watch drains what is left.
 #[derive(Debug)]
 pub struct Watch {
     /// `(inotify fd, watch descriptor)`; the fd belongs to the thread-local instance.
@@ -283,17 +283,14 @@ fn thread_inotify() -> Option<RawFd> {
     })
 }
 
-/// Reads and discards every queued inotify event.
+/// Reads and discards the queued inotify events: one read takes everything queued so far (an
+/// event arriving later makes the next poll return at once, and the caller's re-check sorts
+/// that out).
 #[cfg(target_os = "linux")]
 fn drain(fd: RawFd) {
     let mut buf = [0u8; 4096];
-    loop {
-        // SAFETY: reads into a local buffer of the given length from a non-blocking inotify fd.
-        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-        if n <= 0 {
-            return;
-        }
-    }
+    // SAFETY: reads into a local buffer of the given length from a non-blocking inotify fd.
+    unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
 }
 
 impl Drop for Watch {
@@ -303,7 +300,6 @@ impl Drop for Watch {
             // SAFETY: `fd` is this thread's inotify instance (alive for the thread's life) and
             // `wd` a watch added to it; removing a watch already gone just fails.
             unsafe { libc::inotify_rm_watch(fd, wd) };
-            drain(fd);
         }
     }
 }

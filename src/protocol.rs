@@ -44,6 +44,10 @@ pub(crate) struct Held<S: System> {
     pub id: FileId,
     /// The previous owner's record, when this acquisition reclaimed a dead owner's lock.
     pub reclaimed_from: Option<Owner>,
+    /// The previous holder's lock directory, when we waited for it: closing it can be the
+    /// final reference to a directory its holder just removed, which costs an inode eviction,
+    /// so it is closed at our release instead of between a waiter's wake-up and its publish.
+    pub last_seen: Option<S::Dir>,
 }
 
 /// A staged candidate: our own, unpublished.
@@ -53,6 +57,7 @@ struct Staged<S: System> {
     id: FileId,
     owner: Owner,
     staged_at: Duration,
+    last_seen: Option<S::Dir>,
 }
 
 /// What is at `NAME` right now (short-lived: its size does not matter).
@@ -302,6 +307,7 @@ fn stage<S: System>(sp: &Space<S>, req: &Request, me: &Identity) -> Result<Stage
             id,
             owner,
             staged_at: sp.sys.monotonic(),
+            last_seen: None,
         }),
         Err(e) => {
             remove_tree(sp.sys, sp.dir, &name);
@@ -409,6 +415,7 @@ pub(crate) fn acquire<S: System>(
             beacon: c.dir,
             id: c.id,
             reclaimed_from,
+            last_seen: c.last_seen,
         }),
         Err(e) => {
             drop(c.dir);
@@ -510,6 +517,7 @@ fn contend<S: System>(
                 let by_beacon = live && owner.has_beacon();
                 let pid = (live && !owner.has_beacon()).then_some(owner.pid);
                 wait_for_change(sp, req, &dir, meta.id, by_beacon, pid, None, left(now))?;
+                c.last_seen = Some(dir);
             }
             Liveness::DeadByProof | Liveness::DeadByEvidence => {
                 let age = sp
@@ -694,10 +702,12 @@ pub(crate) fn release<S: System>(
             ));
         }
     }
-    // Reap: empty the tombstone through our handle, drop the beacon, remove the directory.
+    // Reap: empty the tombstone through our handle, drop the beacon, remove the directory;
+    // then close the previous holder's directory we kept (see `Held::last_seen`).
     let _ = sp.sys.remove_file_at(&held.beacon, OWNER_FILE);
     drop(held.beacon);
     remove_tree(sp.sys, sp.dir, &tomb);
+    drop(held.last_seen);
     Ok(())
 }
 

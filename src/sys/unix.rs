@@ -240,7 +240,7 @@ fn read_identity() -> Identity {
 }
 
 /// A waiter's registrations: a watch in this thread's inotify instance and, for a pid-judged
-/// holder, a pidfd. Dropping it removes the watch (cheap); the next watch drains what is left.
+/// holder, a pidfd. Dropping it leaves the watch pending removal (see `PENDING`).
 #[derive(Debug)]
 pub struct Watch {
     /// `(inotify fd, watch descriptor)`; the fd belongs to the thread-local instance.
@@ -257,6 +257,21 @@ thread_local! {
     /// should cost, so each thread keeps one for its whole life and adds and removes watches.
     /// After a fork the child makes its own: a shared instance would share one event queue.
     static INOTIFY: std::cell::RefCell<Option<(u32, OwnedFd)>> = const { std::cell::RefCell::new(None) };
+    /// A watch whose waiter is done, not yet removed: removing it at once costs tens of
+    /// microseconds right when a handoff should be fastest (the holder is tearing the watched
+    /// directory down, and the kernel drops a dead inode's watches by itself). It is removed at
+    /// this thread's next `watch`, or with the instance when the thread ends: at most one.
+    static PENDING: std::cell::Cell<Option<libc::c_int>> = const { std::cell::Cell::new(None) };
+}
+
+/// Removes this thread's pending watch, if any.
+#[cfg(target_os = "linux")]
+fn remove_pending(ifd: RawFd) {
+    if let Some(wd) = PENDING.with(|p| p.take()) {
+        // SAFETY: `ifd` is this thread's inotify instance and `wd` a watch added to it; a watch
+        // the kernel already dropped (its inode died) just fails.
+        unsafe { libc::inotify_rm_watch(ifd, wd) };
+    }
 }
 
 /// This thread's inotify instance, made on first use.
@@ -277,7 +292,9 @@ fn thread_inotify() -> Option<RawFd> {
         }
         let fd = owned(fd);
         let raw = fd.as_raw_fd();
-        // A forked parent's instance is dropped here: only this process's reference goes.
+        // A forked parent's instance is dropped here: only this process's reference goes (and
+        // with it any pending watch number, which belonged to that instance).
+        PENDING.with(|p| p.set(None));
         *slot = Some((pid, fd));
         Some(raw)
     })
@@ -297,9 +314,9 @@ impl Drop for Watch {
     fn drop(&mut self) {
         #[cfg(target_os = "linux")]
         if let Some((fd, wd)) = self.inotify {
-            // SAFETY: `fd` is this thread's inotify instance (alive for the thread's life) and
-            // `wd` a watch added to it; removing a watch already gone just fails.
-            unsafe { libc::inotify_rm_watch(fd, wd) };
+            // Leave it pending (see PENDING); an older pending one goes now.
+            remove_pending(fd);
+            PENDING.with(|p| p.set(Some(wd)));
         }
     }
 }
@@ -668,6 +685,8 @@ impl System for Real {
         // death: the moment the kernel drops its flock) raises IN_CLOSE_NOWRITE; a release
         // first moves the directory (IN_MOVE_SELF).
         let inotify = thread_inotify().and_then(|ifd| {
+            // Before adding: a watch on the same inode would come back with the same number.
+            remove_pending(ifd);
             drain(ifd);
             let path = CString::new(format!("/proc/self/fd/{}", lock.as_raw_fd())).ok()?;
             let mask = libc::IN_CLOSE_NOWRITE

@@ -111,7 +111,7 @@ pub enum Error {
         lock: PathBuf,
         /// What it protects.
         resource: String,
-        /// The repository lock this process holds.
+        /// The repository lock this thread holds.
         held: PathBuf,
     },
     /// A release found the lock gone or replaced: someone took it away.

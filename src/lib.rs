@@ -55,7 +55,8 @@
 //! (waiting would never end). Taking the global setup lock on a thread that holds a repository
 //! lock fails with [`Error::LockOrder`]: the order is setup first. Other threads contend like
 //! other processes do. A forked child that drops an inherited guard does nothing; the
-//! beacon is close-on-exec, so an `exec`'d program does not keep the lock alive.
+//! beacon is close-on-exec, so an `exec`'d program does not keep the lock alive, unless it
+//! was spawned through [`LockGuard::keep_alive_in`] (as `dirlock run` spawns its command).
 //!
 //! # On disk
 //!

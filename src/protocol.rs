@@ -694,6 +694,11 @@ pub(crate) fn release<S: System>(
     }
     match sp.sys.meta_at(sp.dir, &tomb) {
         Ok(m) if m.id == held.id => {}
+        // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
+        // first): if our own directory is unlinked, what we retired was ours.
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                && sp.sys.meta(&held.beacon).is_ok_and(|m| m.nlink == 0) => {}
         _ => {
             // Not ours after all: put it back where it was, never over anything.
             let _ = sp.sys.rename_noreplace(sp.dir, &tomb, name);

@@ -133,18 +133,14 @@ fn read_to_limit(fd: RawFd, limit: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// `openat(at, name, flags | O_CLOEXEC, 0600)`, retried on EINTR.
+/// `openat(at, name, flags, 0600)`, retried on EINTR. Callers spell out every flag
+/// (`O_CLOEXEC` included) where they call it.
 fn openat(at: &OwnedFd, name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
     let n = cstr(name)?;
     // SAFETY: `at` is an open directory and `n` is NUL-terminated; the mode is read only with
     // O_CREAT. The result is a new descriptor or -1.
     let fd = retry(|| unsafe {
-        libc::openat(
-            at.as_raw_fd(),
-            n.as_ptr(),
-            flags | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
-        )
+        libc::openat(at.as_raw_fd(), n.as_ptr(), flags, 0o600 as libc::c_uint)
     })?;
     Ok(owned(fd))
 }
@@ -489,7 +485,7 @@ impl System for Real {
         let fd = openat(
             at,
             name,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )?;
         if exact_mode {
             // The umask took bits away (even the owner's): set the mode exactly.

@@ -422,8 +422,13 @@ fn sweep_removes_only_what_it_may() {
     });
     let deadline = Instant::now() + Duration::from_secs(20);
     let waiting = loop {
+        // Fully staged (its record written, which would refresh its mtime), so that aging it
+        // below sticks.
         let found = fx.entries().into_iter().find(|e| {
-            e.starts_with("s.lock.candidate.") && !e.ends_with("dead") && !e.ends_with("fresh")
+            e.starts_with("s.lock.candidate.")
+                && !e.ends_with("dead")
+                && !e.ends_with("fresh")
+                && fx.dir().join(e).join("owner.json").exists()
         });
         if let Some(c) = found {
             break c;

@@ -362,6 +362,17 @@ fn worker(kind: &str, dir: &Path, each: usize) {
     }
 }
 
+/// A lock-like directory (0700) holding an empty record (0600), as a neighbour or leftover.
+fn plant_entry(e: &Path) {
+    fs::DirBuilder::new().mode(0o700).create(e).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(e.join("owner.json"))
+        .unwrap();
+}
+
 /// Acquire + release with many other entries in the directory, and a sweep of 100,000.
 fn scale(places: &[Place]) {
     let big = if std::env::var("BENCH_SCALE").as_deref() == Ok("0") || quick() {
@@ -383,14 +394,7 @@ fn scale(places: &[Place]) {
                 } else {
                     format!("n{i}.lock.tombstone.x")
                 };
-                let e = dir.join(name);
-                fs::DirBuilder::new().mode(0o700).create(&e).unwrap();
-                OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(e.join("owner.json"))
-                    .unwrap();
+                plant_entry(&dir.join(name));
             }
             let locks = Locks::in_dir(&dir).unwrap();
             cells.push(per_cycle(budget, || {
@@ -417,14 +421,7 @@ fn scale(places: &[Place]) {
     for p in places {
         let dir = fresh(p.root.path(), "sweep");
         for i in 0..big {
-            let e = dir.join(format!("n.lock.tombstone.{i}"));
-            fs::DirBuilder::new().mode(0o700).create(&e).unwrap();
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(e.join("owner.json"))
-                .unwrap();
+            plant_entry(&dir.join(format!("n.lock.tombstone.{i}")));
         }
         let locks = Locks::in_dir(&dir).unwrap();
         let t = Instant::now();

@@ -3,7 +3,7 @@
 
 use dirlock::Locks;
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
@@ -44,14 +44,17 @@ impl Fixture {
     }
 }
 
+/// Makes directory `path`, mode exactly 0700 (whatever the umask).
+pub fn private_dir(path: &Path) -> PathBuf {
+    std::fs::create_dir(path).unwrap();
+    std::fs::set_permissions(path, PermissionsExt::from_mode(0o700)).unwrap();
+    path.to_owned()
+}
+
 /// Plants a lock directory `name` holding `record`, private as a real one, with its mtime
 /// `age` in the past.
 pub fn plant(dir: &Path, name: &str, record: &str, age: Duration) -> PathBuf {
-    let lock = dir.join(name);
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&lock)
-        .unwrap();
+    let lock = private_dir(&dir.join(name));
     std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -26,10 +26,20 @@ fn check_canary(c: &Path) {
 
 /// The lock directory `x.lock`, private, without a record yet.
 fn lock_dir(fx: &Fixture) -> std::path::PathBuf {
-    let l = fx.dir().join("x.lock");
-    std::fs::create_dir(&l).unwrap();
-    std::fs::set_permissions(&l, PermissionsExt::from_mode(0o700)).unwrap();
-    l
+    private_dir(&fx.dir().join("x.lock"))
+}
+
+/// `x.lock` whose record is a FIFO (mode 0600, no writer yet).
+fn fifo_record(fx: &Fixture) -> std::path::PathBuf {
+    let fifo = lock_dir(fx).join("owner.json");
+    assert!(std::process::Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    fifo
 }
 
 /// Acquires `x.lock` (fail fast, grace 0) and expects a malformed-lock refusal.
@@ -96,15 +106,7 @@ fn a_symlinked_record_is_refused_and_its_target_untouched() {
 #[test]
 fn a_fifo_record_with_a_writer_attached_does_not_block() {
     let fx = Fixture::new();
-    let l = lock_dir(&fx);
-    let fifo = l.join("owner.json");
-    assert!(std::process::Command::new("mkfifo")
-        .arg("-m")
-        .arg("600")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    let fifo = fifo_record(&fx);
     // A writer holds the FIFO open: a blocking read would wait for it forever.
     let writer = std::process::Command::new("sh")
         .arg("-c")
@@ -209,9 +211,7 @@ fn a_guard_owned_by_another_user_is_refused() {
         &format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid()),
         Duration::from_secs(120),
     );
-    let g = fx.dir().join("x.lock.reclaim");
-    std::fs::create_dir(&g).unwrap();
-    std::fs::set_permissions(&g, PermissionsExt::from_mode(0o700)).unwrap();
+    let g = private_dir(&fx.dir().join("x.lock.reclaim"));
     std::os::unix::fs::chown(&g, Some(65534), Some(65534)).unwrap();
     let err = fx.locks.named_lock("x.lock").acquire().unwrap_err();
     assert!(err.to_string().contains("owned by uid 65534"), "{err}");
@@ -241,15 +241,7 @@ fn sweep_never_follows_a_symlinked_tombstone() {
 #[test]
 fn a_fifo_record_without_a_writer_does_not_block_the_open() {
     let fx = Fixture::new();
-    let l = lock_dir(&fx);
-    let fifo = l.join("owner.json");
-    assert!(std::process::Command::new("mkfifo")
-        .arg("-m")
-        .arg("600")
-        .arg(&fifo)
-        .status()
-        .unwrap()
-        .success());
+    fifo_record(&fx);
     // Opening a FIFO for reading blocks until a writer comes, unless O_NONBLOCK.
     refused(&fx, "FIFO");
 }

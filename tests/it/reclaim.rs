@@ -215,9 +215,7 @@ fn malformed_locks_are_reported_and_never_removed() {
         std::fs::remove_dir_all(&lock).unwrap();
     }
     // An empty directory at the lock path: a plain rename would replace it; we must not.
-    let empty = fx.dir().join(&name);
-    std::fs::create_dir(&empty).unwrap();
-    std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let empty = private_dir(&fx.dir().join(&name));
     let err = fx.locks.repository_lock(fx.repo()).acquire().unwrap_err();
     assert!(err.to_string().contains("has no owner.json"), "{err}");
     // Open to others: not ours to trust either.
@@ -235,9 +233,7 @@ fn a_fresh_foreign_guard_is_respected_and_an_old_one_reused() {
     let name = lock_name(&fx);
     plant(fx.dir(), &name, &reference_record(dead_pid()), OLD);
     // The reference implementation's guard: a bare directory, no flock, no marker.
-    let guard = fx.dir().join(format!("{name}.reclaim"));
-    std::fs::create_dir(&guard).unwrap();
-    std::fs::set_permissions(&guard, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let guard = private_dir(&fx.dir().join(format!("{name}.reclaim")));
     let err = fx.locks.repository_lock(fx.repo()).acquire().unwrap_err();
     match &err {
         Error::Guarded {
@@ -266,9 +262,7 @@ fn our_own_crashed_guard_is_reused_at_once() {
     let name = lock_name(&fx);
     plant(fx.dir(), &name, &reference_record(dead_pid()), OLD);
     // What a reclaimer killed inside the guard leaves: the directory and our marker, no flock.
-    let guard = fx.dir().join(format!("{name}.reclaim"));
-    std::fs::create_dir(&guard).unwrap();
-    std::fs::set_permissions(&guard, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let guard = private_dir(&fx.dir().join(format!("{name}.reclaim")));
     std::fs::write(guard.join("dirlock.guard"), "{\"pid\":1}").unwrap();
     let g = fx.locks.repository_lock(fx.repo()).acquire().unwrap();
     assert_eq!(g.reclaimed_from().unwrap().token, TOKEN);

@@ -47,7 +47,7 @@ MUTANTS = [
      "Some(now) if now != recorded =>", "Some(now) if false && now != recorded =>",
      "it", "reclaim::a_reused_pid_is_dead_by_evidence"),
     ("foreign-guard-reused-at-once", "src/reclaim.rs",
-     "if age < grace {\n                return Ok(Reclaim::Busy {", "if false && age < grace {\n                return Ok(Reclaim::Busy {",
+     "if age < grace {\n            return Ok(Err(Reclaim::Busy {", "if false && age < grace {\n            return Ok(Err(Reclaim::Busy {",
      "it", "reclaim::a_fresh_foreign_guard_is_respected_and_an_old_one_reused"),
     ("marked-guard-not-trusted", "src/reclaim.rs",
      "let marked = flocked && sp.sys.meta_at(&guard, GUARD_MARKER).is_ok();", "let marked = false && flocked;",
@@ -126,6 +126,14 @@ MUTANTS = [
      "                && sp.sys.meta(&held.beacon).is_ok_and(|m| m.nlink == 0) => {}",
      "                && false => {}",
      "lib", "sim::tests::regressions"),
+    ("guard-made-in-place", "src/reclaim.rs",
+     "    if sp.sys.rename_is_plain() {\n        return make_guard_in_place(sp, gname);",
+     "    if true {\n        return make_guard_in_place(sp, gname);",
+     "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
+    ("guard-removed-piecemeal", "src/reclaim.rs",
+     "match sp.sys.rename_noreplace(sp.dir, &gname, &tomb) {",
+     "match Err::<(), io::Error>(io::Error::other(tomb.clone())) {",
+     "lib", "sim::tests::two_processes_exhaustively_within_bounds"),
 ]
 
 def main():

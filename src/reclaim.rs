@@ -1,14 +1,23 @@
 //! Reclaim: retire a dead owner's lock, under the `NAME.reclaim` guard.
 //!
-//! The guard is a directory made with `mkdir` and held with an exclusive `flock`. Only the
-//! process working under it ever removes it; a guard left behind by a crash is *reused*, never
-//! removed or renamed by another process. A guard carrying this crate's marker was made under a
-//! `flock`, so getting the `flock` proves its maker gone: it is reused at once. A guard without
-//! the marker (the reference implementation makes bare `mkdir` guards and holds no `flock`) is
-//! respected until it is older than the grace period.
+//! The guard is a directory held with an exclusive `flock` and marked with this crate's
+//! `dirlock.guard` file. It is made whole before it appears: staged under a candidate name,
+//! locked, marked, then renamed into place without replacing anything; and it is retired the
+//! same way, renamed to a tombstone while still locked. A crash therefore never leaves a guard
+//! of ours unmarked: one that is there was made under a `flock`, so getting the `flock` proves
+//! its maker gone and it is reused at once. Only the process working under a guard retires it;
+//! a guard left behind by a crash is *reused*, never removed or renamed by another process. A
+//! guard without the marker (the reference implementation makes bare `mkdir` guards and holds
+//! no `flock`) is respected until it is older than the grace period.
+//!
+//! (`PROTOCOL.md` makes the guard with `mkdir` in place and removes its marker, then its
+//! directory. A process SIGKILLed between the `mkdir` and the marker, or between the two
+//! removals, left an unmarked guard that wedged every later reclaim for the grace period; the
+//! library chaos soak hit it, and the simulation now checks for it. `mkdir` in place remains
+//! only where the filesystem has no no-replace rename.)
 
 use crate::error::Error;
-use crate::paths::{guard_name, tombstone_name, GUARD_MARKER};
+use crate::paths::{candidate_name, guard_name, tombstone_name, GUARD_MARKER};
 use crate::protocol::{remove_tree, Seen, Space};
 use crate::sys::{is, Errno, System};
 use std::io;
@@ -27,8 +36,8 @@ pub(crate) enum Reclaim {
     Busy { remaining: Option<Duration> },
 }
 
-/// How many times the maker of a fresh guard retries its `flock` while another process peeks
-/// at the guard (a peeker finds it unmarked and fresh, and lets go at once).
+/// How many times the maker of a guard made in place retries its `flock` while another process
+/// peeks at the guard (a peeker finds it unmarked and fresh, and lets go at once).
 const PEEK_RETRIES: u32 = 50;
 
 /// What must still be at `NAME`, under the guard, for it to be retired.
@@ -54,34 +63,193 @@ pub(crate) fn reclaim<S: System>(
     if sp.sys.mutant() == crate::sys::Mutant::SkipGuard {
         return retire_checked(sp, name, expect);
     }
-    let created = match sp.sys.mkdir_at(sp.dir, &gname) {
-        Ok(()) => true,
-        Err(e) if is(&e, Errno::Exists) => false,
-        Err(e) => return Err(Error::io("create the reclaim guard", sp.entry(&gname), e)),
+    let guard = match stage_guard(sp, name, &gname)? {
+        Some(guard) => guard,
+        None => match take_left_guard(sp, &gname, grace)? {
+            Ok(guard) => guard,
+            Err(busy) => return Ok(busy),
+        },
     };
-    let guard = match sp.sys.open_dir_at(sp.dir, &gname) {
-        Ok(g) => g,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Reclaim::Changed),
-        Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => {
-            return Err(Error::Unsafe {
-                path: sp.entry(&gname),
-                problem: "the reclaim guard is a symbolic link or not a directory".into(),
-                fix: "remove it by hand once no process uses this lock".into(),
-            })
+    let result = retire_checked(sp, name, expect);
+    // Always clean up, in one step: the guard (marker inside) is retired to a tombstone while
+    // its flock is held, so a crash leaves it either whole (marked: reused at once) or gone.
+    let tomb = tombstone_name(name, &sp.sys.token());
+    match sp.sys.rename_noreplace(sp.dir, &gname, &tomb) {
+        Ok(()) => {
+            drop(guard);
+            remove_tree(sp.sys, sp.dir, &tomb);
         }
-        Err(e) => return Err(Error::io("open the reclaim guard", sp.entry(&gname), e)),
+        Err(_) => {
+            let _ = sp.sys.remove_file_at(&guard, GUARD_MARKER);
+            let _ = sp.sys.remove_dir_at(sp.dir, &gname);
+        }
+    }
+    result
+}
+
+/// Where a fresh guard ended up.
+enum Staged<D> {
+    /// In place at `NAME.reclaim`, held (and marked).
+    Placed(D),
+    /// Another guard was there first.
+    Exists,
+    /// This filesystem has no no-replace rename.
+    Unsupported,
+}
+
+/// Makes a fresh guard whole before it appears: a private directory under a candidate name,
+/// locked and marked, then renamed to `NAME.reclaim` without replacing anything. A guard of
+/// this crate therefore never exists unmarked or unlocked, and a crash at any point leaves
+/// either a candidate (swept like any other) or a marked guard whose free flock proves its
+/// maker gone. `Ok(None)`: a guard is there already. Where the filesystem has no no-replace
+/// rename, the guard is made in place with `mkdir` (and a crash before it is marked leaves it
+/// to be waited out for the grace period).
+fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Option<S::Dir>, Error> {
+    if sp.sys.rename_is_plain() {
+        return make_guard_in_place(sp, gname);
+    }
+    let staging = candidate_name(name, &sp.sys.token());
+    sp.sys
+        .mkdir_at(sp.dir, &staging)
+        .map_err(|e| Error::io("create the reclaim guard", sp.entry(&staging), e))?;
+    let result = (|| {
+        let guard = sp
+            .sys
+            .open_dir_at(sp.dir, &staging)
+            .map_err(|e| Error::io("open the reclaim guard", sp.entry(&staging), e))?;
+        private(sp, &guard, &staging)?;
+        match sp.sys.try_lock(&guard, true) {
+            // A fresh directory: nobody else looks at a candidate this young.
+            Ok(true) => {}
+            Err(e) if is(&e, Errno::LockUnsupported) => {}
+            Ok(false) => {
+                let busy = io::Error::new(io::ErrorKind::WouldBlock, "another process holds it");
+                return Err(Error::io(
+                    "lock the fresh reclaim guard",
+                    sp.entry(&staging),
+                    busy,
+                ));
+            }
+            Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(&staging), e)),
+        }
+        mark(sp, &guard, &staging)?;
+        match sp.sys.rename_exclusive(sp.dir, &staging, gname) {
+            Ok(()) => Ok(Staged::Placed(guard)),
+            Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Staged::Exists),
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(Staged::Unsupported),
+            Err(e) => Err(Error::io(
+                "put the reclaim guard in place",
+                sp.entry(gname),
+                e,
+            )),
+        }
+    })();
+    match result {
+        Ok(Staged::Placed(guard)) => Ok(Some(guard)),
+        other => {
+            remove_tree(sp.sys, sp.dir, &staging);
+            match other? {
+                Staged::Unsupported => make_guard_in_place(sp, gname),
+                _ => Ok(None),
+            }
+        }
+    }
+}
+
+/// The guard made where it stands, with `mkdir` (filesystems without no-replace renames).
+/// `Ok(None)`: a guard is there already.
+fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S::Dir>, Error> {
+    match sp.sys.mkdir_at(sp.dir, gname) {
+        Ok(()) => {}
+        Err(e) if is(&e, Errno::Exists) => return Ok(None),
+        Err(e) => return Err(Error::io("create the reclaim guard", sp.entry(gname), e)),
+    }
+    let guard = match open_guard(sp, gname)? {
+        Some(g) => g,
+        None => return Ok(None),
+    };
+    private(sp, &guard, gname)?;
+    let mut tries = 0;
+    loop {
+        match sp.sys.try_lock(&guard, true) {
+            Ok(true) => break,
+            // Another process peeks at it (finds it unmarked and fresh, and lets go at once).
+            Ok(false) if tries < PEEK_RETRIES => {
+                tries += 1;
+                let _ = sp.sys.sleep(None, Some(Duration::from_millis(1)), None);
+            }
+            Ok(false) => return Ok(None),
+            Err(e) if is(&e, Errno::LockUnsupported) => break,
+            Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(gname), e)),
+        }
+    }
+    mark(sp, &guard, gname)?;
+    Ok(Some(guard))
+}
+
+/// Opens `NAME.reclaim`; `Ok(None)` if it is gone.
+fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S::Dir>, Error> {
+    match sp.sys.open_dir_at(sp.dir, gname) {
+        Ok(g) => Ok(Some(g)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => Err(Error::Unsafe {
+            path: sp.entry(gname),
+            problem: "the reclaim guard is a symbolic link or not a directory".into(),
+            fix: "remove it by hand once no process uses this lock".into(),
+        }),
+        Err(e) => Err(Error::io("open the reclaim guard", sp.entry(gname), e)),
+    }
+}
+
+/// Gives a guard this process created mode 0700 whatever the umask.
+fn private<S: System>(sp: &Space<S>, guard: &S::Dir, at: &str) -> Result<(), Error> {
+    let meta = sp
+        .sys
+        .meta(guard)
+        .map_err(|e| Error::io("inspect the reclaim guard", sp.entry(at), e))?;
+    if meta.mode & 0o777 != 0o700 {
+        sp.sys
+            .set_mode(guard, 0o700)
+            .map_err(|e| Error::io("set the mode of the reclaim guard", sp.entry(at), e))?;
+    }
+    Ok(())
+}
+
+/// Writes this crate's marker into a guard held (or, reusing one left by a crash, finds it
+/// there already).
+fn mark<S: System>(sp: &Space<S>, guard: &S::Dir, at: &str) -> Result<(), Error> {
+    let marker = format!("{{\"pid\":{}}}", sp.sys.pid());
+    match sp
+        .sys
+        .create_file_at(guard, GUARD_MARKER, marker.as_bytes(), false, false)
+    {
+        Ok(()) => Ok(()),
+        Err(e) if is(&e, Errno::Exists) => Ok(()),
+        Err(e) => Err(Error::io(
+            "mark the reclaim guard",
+            sp.entry(at).join(GUARD_MARKER),
+            e,
+        )),
+    }
+}
+
+/// Takes over a guard that another process made: `Err(Busy)` while its maker works under it,
+/// or (unmarked) until it is older than the grace period.
+fn take_left_guard<S: System>(
+    sp: &Space<S>,
+    gname: &str,
+    grace: Duration,
+) -> Result<Result<S::Dir, Reclaim>, Error> {
+    let Some(guard) = open_guard(sp, gname)? else {
+        return Ok(Err(Reclaim::Changed));
     };
     let meta = sp
         .sys
         .meta(&guard)
-        .map_err(|e| Error::io("inspect the reclaim guard", sp.entry(&gname), e))?;
-    if created {
-        sp.sys
-            .set_mode(&guard, 0o700)
-            .map_err(|e| Error::io("set the mode of the reclaim guard", sp.entry(&gname), e))?;
-    } else if meta.uid != sp.uid || meta.mode & 0o077 != 0 {
+        .map_err(|e| Error::io("inspect the reclaim guard", sp.entry(gname), e))?;
+    if meta.uid != sp.uid || meta.mode & 0o077 != 0 {
         return Err(Error::Unsafe {
-            path: sp.entry(&gname),
+            path: sp.entry(gname),
             problem: format!(
                 "the reclaim guard is owned by uid {} with mode {:o}",
                 meta.uid,
@@ -92,47 +260,34 @@ pub(crate) fn reclaim<S: System>(
                     .into(),
         });
     }
-    let mut tries = 0;
-    let flocked = loop {
-        match sp.sys.try_lock(&guard, true) {
-            Ok(true) => break true,
-            Ok(false) if created && tries < PEEK_RETRIES => {
-                tries += 1;
-                let _ = sp.sys.sleep(None, Some(Duration::from_millis(1)), None);
-            }
-            Ok(false) => return Ok(Reclaim::Busy { remaining: None }),
-            Err(e) if is(&e, Errno::LockUnsupported) => break false,
-            Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(&gname), e)),
-        }
+    let flocked = match sp.sys.try_lock(&guard, true) {
+        Ok(true) => true,
+        Ok(false) => return Ok(Err(Reclaim::Busy { remaining: None })),
+        Err(e) if is(&e, Errno::LockUnsupported) => false,
+        Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(gname), e)),
     };
-    // The path must still name the directory we locked (its maker may have removed it).
-    match sp.sys.meta_at(sp.dir, &gname) {
+    // The path must still name the directory we locked (its maker may have retired it).
+    match sp.sys.meta_at(sp.dir, gname) {
         Ok(now) if now.id == meta.id => {}
-        _ => return Ok(Reclaim::Changed),
+        _ => return Ok(Err(Reclaim::Changed)),
     }
-    if !created {
-        // Left by a crash. Our marker under a granted flock proves its maker gone; an unmarked
-        // guard (or any guard where flock does not work) is waited out for the grace period.
-        let marked = flocked && sp.sys.meta_at(&guard, GUARD_MARKER).is_ok();
-        if !marked {
-            let age = sp
-                .sys
-                .now()
-                .duration_since(meta.mtime)
-                .unwrap_or(Duration::ZERO);
-            if age < grace {
-                return Ok(Reclaim::Busy {
-                    remaining: Some(grace - age),
-                });
-            }
+    // Left by a crash. Our marker under a granted flock proves its maker gone; an unmarked
+    // guard (or any guard where flock does not work) is waited out for the grace period.
+    let marked = flocked && sp.sys.meta_at(&guard, GUARD_MARKER).is_ok();
+    if !marked {
+        let age = sp
+            .sys
+            .now()
+            .duration_since(meta.mtime)
+            .unwrap_or(Duration::ZERO);
+        if age < grace {
+            return Ok(Err(Reclaim::Busy {
+                remaining: Some(grace - age),
+            }));
         }
     }
-    let result = under_guard(sp, &guard, &gname, name, expect);
-    // Always clean up: marker, directory, then the flock (when `guard` drops).
-    let _ = sp.sys.remove_file_at(&guard, GUARD_MARKER);
-    let _ = sp.sys.remove_dir_at(sp.dir, &gname);
-    drop(guard);
-    result
+    mark(sp, &guard, gname)?;
+    Ok(Ok(guard))
 }
 
 /// Whether the token-check mutant is active (always false outside tests).
@@ -141,31 +296,6 @@ fn skip_token<S: System>(_sp: &Space<S>) -> bool {
     return _sp.sys.mutant() == crate::sys::Mutant::SkipTokenCheck;
     #[cfg(not(any(test, feature = "sim")))]
     false
-}
-
-fn under_guard<S: System>(
-    sp: &Space<S>,
-    guard: &S::Dir,
-    gname: &str,
-    name: &str,
-    expect: Expect,
-) -> Result<Reclaim, Error> {
-    let marker = format!("{{\"pid\":{}}}", sp.sys.pid());
-    match sp
-        .sys
-        .create_file_at(guard, GUARD_MARKER, marker.as_bytes(), false, false)
-    {
-        Ok(()) => {}
-        Err(e) if is(&e, Errno::Exists) => {}
-        Err(e) => {
-            return Err(Error::io(
-                "mark the reclaim guard",
-                sp.entry(gname).join(GUARD_MARKER),
-                e,
-            ))
-        }
-    }
-    retire_checked(sp, name, expect)
 }
 
 /// Under the guard: check that `NAME` is still what `expect` says, retire it, check the

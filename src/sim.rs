@@ -938,7 +938,51 @@ pub(crate) fn run(cfg: &Config, strategy: &mut dyn Strategy) -> Result<usize, St
             },
         );
     }
-    let steps = schedule(&world, &cfg.scripts, cfg, strategy);
+    let mut steps = schedule(&world, &cfg.scripts, cfg, strategy);
+    let recovery = Config {
+        crashes: 0,
+        preemptions: None,
+        ..cfg.clone()
+    };
+    // I7, the kernel-proof half: where flock works and nothing foreign was planted, every owner
+    // and every guard a crash left behind is proven dead by the kernel, so the lock is
+    // acquirable at once, well before any grace period ends.
+    if !cfg.no_flock && !cfg.scripts.iter().any(|s| matches!(s, Script::Intruder)) {
+        let first = {
+            let mut st = world.lock();
+            // Nor may a crash leave a guard without this crate's marker (only the grace
+            // period could clear it).
+            let unmarked = st.lookup(ROOT, &guard_name(LOCK)).is_ok_and(|g| {
+                st.dir_entries(g)
+                    .is_ok_and(|e| !e.contains_key(crate::paths::GUARD_MARKER))
+            });
+            if unmarked {
+                st.violation("I7: a crash left the reclaim guard unmarked".into());
+            }
+            st.procs.len()
+        };
+        steps += schedule_from(
+            &world,
+            &[Script::Worker {
+                rounds: 1,
+                wait: Wait::Timeout(cfg.grace / 2),
+            }],
+            first,
+            &recovery,
+            &mut Random::new(1),
+            true,
+        );
+        let mut st = world.lock();
+        if st
+            .violations
+            .iter()
+            .any(|v| v.contains("failed to acquire"))
+        {
+            st.violation(
+                "I7: with flock, the lock was not acquirable at once after the crashes".into(),
+            );
+        }
+    }
     // I7: whatever happened, the lock is acquirable again by itself once the grace period has
     // passed, and a sweep leaves no candidate or tombstone behind.
     {
@@ -946,24 +990,18 @@ pub(crate) fn run(cfg: &Config, strategy: &mut dyn Strategy) -> Result<usize, St
         st.mono += cfg.grace + Duration::from_secs(1);
         st.inside.clear();
     }
-    let recovery = Config {
-        crashes: 0,
-        preemptions: None,
-        ..cfg.clone()
-    };
     let first = world.lock().procs.len();
-    let steps = steps
-        + schedule_from(
-            &world,
-            &[Script::Worker {
-                rounds: 1,
-                wait: Wait::Timeout(cfg.grace * 4),
-            }],
-            first,
-            &recovery,
-            &mut Random::new(1),
-            true,
-        );
+    steps += schedule_from(
+        &world,
+        &[Script::Worker {
+            rounds: 1,
+            wait: Wait::Timeout(cfg.grace * 4),
+        }],
+        first,
+        &recovery,
+        &mut Random::new(1),
+        true,
+    );
     let mut st = world.lock();
     let left: Vec<String> = st
         .dir_entries(ROOT)

@@ -159,6 +159,12 @@ pub trait System {
     /// Where the filesystem rejects no-replace renames, falls back to a plain rename (which
     /// can replace only an *empty* directory); the caller verifies the result.
     fn rename_noreplace(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
+    /// Like [`System::rename_noreplace`], but never falls back to a plain rename: where the
+    /// filesystem has no no-replace rename it fails with [`io::ErrorKind::Unsupported`] (for
+    /// the reclaim guard, whose rival may be another implementation's empty directory).
+    fn rename_exclusive(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()> {
+        self.rename_noreplace(at, from, to)
+    }
     /// Whether [`System::rename_noreplace`] has fallen back to plain renames (whose results
     /// the caller must verify).
     fn rename_is_plain(&self) -> bool {

@@ -549,37 +549,11 @@ impl System for Real {
     }
 
     fn rename_noreplace(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
-        let (f, t) = (cstr(from)?, cstr(to)?);
-        #[cfg(target_os = "linux")]
-        while !NO_RENAMEAT2.load(Ordering::Relaxed) {
-            // SAFETY: both names are NUL-terminated and relative to the open directory `at`;
-            // renameat2 takes no pointers beyond them.
-            let ret = unsafe {
-                libc::syscall(
-                    libc::SYS_renameat2,
-                    at.as_raw_fd(),
-                    f.as_ptr(),
-                    at.as_raw_fd(),
-                    t.as_ptr(),
-                    libc::RENAME_NOREPLACE,
-                )
-            };
-            if ret == 0 {
-                return Ok(());
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                // Interrupted (NFS `intr` mounts): try again. Had the rename happened, the
-                // retry fails and the caller checks whether the target is its own.
-                Some(libc::EINTR) => continue,
-                // The kernel or this filesystem does not know the flag: fall back, once and
-                // for all.
-                Some(libc::EINVAL) | Some(libc::ENOSYS) => {
-                    NO_RENAMEAT2.store(true, Ordering::Relaxed)
-                }
-                _ => return Err(e),
-            }
+        match self.rename_exclusive(at, from, to) {
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
+            other => return other,
         }
+        let (f, t) = (cstr(from)?, cstr(to)?);
         // Plain rename replaces only an empty directory; the protocol's lock directories are
         // never empty and the caller reads the token back.
         // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
@@ -587,6 +561,51 @@ impl System for Real {
             libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr())
         })?;
         Ok(())
+    }
+
+    fn rename_exclusive(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+        let unsupported = || {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this filesystem has no no-replace rename",
+            )
+        };
+        #[cfg(target_os = "linux")]
+        {
+            let (f, t) = (cstr(from)?, cstr(to)?);
+            while !NO_RENAMEAT2.load(Ordering::Relaxed) {
+                // SAFETY: both names are NUL-terminated and relative to the open directory
+                // `at`; renameat2 takes no pointers beyond them.
+                let ret = unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        at.as_raw_fd(),
+                        f.as_ptr(),
+                        at.as_raw_fd(),
+                        t.as_ptr(),
+                        libc::RENAME_NOREPLACE,
+                    )
+                };
+                if ret == 0 {
+                    return Ok(());
+                }
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    // Interrupted (NFS `intr` mounts): try again. Had the rename happened, the
+                    // retry fails and the caller checks whether the target is its own.
+                    Some(libc::EINTR) => continue,
+                    // The kernel or this filesystem does not know the flag: remember it, once
+                    // and for all.
+                    Some(libc::EINVAL) | Some(libc::ENOSYS) => {
+                        NO_RENAMEAT2.store(true, Ordering::Relaxed)
+                    }
+                    _ => return Err(e),
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (at, from, to);
+        Err(unsupported())
     }
 
     fn rename_is_plain(&self) -> bool {

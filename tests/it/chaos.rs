@@ -405,25 +405,43 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
     };
     let mut children: Vec<std::process::Child> = (0..workers).map(|_| spawn()).collect();
     let deadline = Instant::now() + run_for;
-    // Kill every `ms` (random in [ms, 4 ms)): half the time the holder (the pid in the lock's
-    // record), otherwise any worker (most are waiting).
+    // Kill every `ms` (random in [ms, 4 ms)): three times in four the holder (the pid in the
+    // lock's record, looked for a few times: the lock is often between holders), otherwise any
+    // worker (most are waiting).
     let ms: u64 = std::env::var("CHAOS_KILL_MS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
     let (mut kills, mut holder_kills) = (0u64, 0u64);
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    // No wedges: the log must keep growing. A crashed holder or reclaimer is proven dead by
+    // the kernel, so a stall of seconds (the grace period is a minute) means one.
+    let log_len = || std::fs::metadata(work.join("log")).map_or(0, |m| m.len());
+    let (mut last_len, mut last_growth, mut longest_stall) = (0, Instant::now(), Duration::ZERO);
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(ms + rng % (3 * ms)));
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        // The holder, from the lock's own record.
-        let holder = (rng % 2 == 0)
-            .then(|| std::fs::read(work.join("locks/soak.lock/owner.json")).ok())
-            .flatten()
-            .and_then(|r| dirlock::Owner::parse(&r).ok())
-            .and_then(|o| children.iter().position(|c| c.id() == o.pid));
+        let len = log_len();
+        if len != last_len {
+            (last_len, last_growth) = (len, Instant::now());
+        }
+        longest_stall = longest_stall.max(last_growth.elapsed());
+        let holder = (rng % 4 != 0)
+            .then(|| {
+                (0..20).find_map(|_| {
+                    let found = std::fs::read(work.join("locks/soak.lock/owner.json"))
+                        .ok()
+                        .and_then(|r| dirlock::Owner::parse(&r).ok())
+                        .and_then(|o| children.iter().position(|c| c.id() == o.pid));
+                    if found.is_none() {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                    found
+                })
+            })
+            .flatten();
         let i = holder.unwrap_or((rng as usize / 2) % children.len());
         children[i].kill().unwrap();
         children[i].wait().unwrap();
@@ -431,6 +449,10 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
         holder_kills += u64::from(holder.is_some());
         children[i] = spawn();
     }
+    assert!(
+        longest_stall < Duration::from_secs(10),
+        "I7: no acquisition for {longest_stall:?} (a wedge)"
+    );
     std::fs::write(work.join("stop"), "").unwrap();
     for mut c in children {
         let status = c.wait().unwrap();

@@ -201,13 +201,20 @@ fn check_log(work: &Path) -> (u64, u64) {
     let log = std::fs::read_to_string(work.join("log")).unwrap_or_default();
     let overlaps: Vec<&str> = log
         .lines()
-        .filter(|l| l.starts_with("overlap"))
+        .filter(|l| l.contains("overlap"))
         .take(5)
         .collect();
     assert!(overlaps.is_empty(), "I1 violated: {overlaps:?}");
     let (mut entered, mut exits) = (0u64, 0u64);
     let mut inside: Option<&str> = None;
     for line in log.lines() {
+        // A writer SIGKILLed inside write(2) can leave a torn line (the kernel stops copying at
+        // a fatal signal), which the next append continues: keep the last whole record.
+        let line = ["enter ", "exit "]
+            .iter()
+            .filter_map(|t| line.rfind(t))
+            .max()
+            .map_or(line, |i| &line[i..]);
         let mut f = line.split(' ');
         match (f.next(), f.next()) {
             (Some("enter"), Some(pid)) => {
@@ -274,10 +281,10 @@ fn chaos_soak() {
     }
 }
 
-/// A million acquisitions and more: `CHAOS_SECS=360 CHAOS_KILL_MS=2 cargo test --release --test
+/// A million acquisitions and more: `CHAOS_SECS=900 CHAOS_KILL_MS=1 cargo test --release --test
 /// it library_chaos_soak -- --ignored --nocapture` (half the time on tmpfs, half on disk).
 #[test]
-#[ignore = "soak: CHAOS_SECS=360 CHAOS_KILL_MS=2 cargo test --release --test it library_chaos_soak -- --ignored --nocapture"]
+#[ignore = "soak: CHAOS_SECS=900 CHAOS_KILL_MS=1 cargo test --release --test it library_chaos_soak -- --ignored --nocapture"]
 fn library_chaos_soak() {
     let secs = std::env::var("CHAOS_SECS")
         .ok()

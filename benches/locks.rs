@@ -269,7 +269,25 @@ fn handoffs(places: &[Place]) {
             |g: dirlock::LockGuard| g.release().unwrap(),
         );
         println!(
-            "| **dirlock** | {} | {m:.0} | {p99:.0} | {c:.0} µs |",
+            "| **dirlock** (no deadline: flock) | {} | {m:.0} | {p99:.0} | {c:.0} µs |",
+            p.name
+        );
+        let (m, p99, c) = handoff(
+            rounds,
+            || locks.named_lock("t.lock").durable(false).acquire().unwrap(),
+            |g: dirlock::LockGuard| g.release().unwrap(),
+            || {
+                locks
+                    .named_lock("t.lock")
+                    .durable(false)
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .unwrap()
+            },
+            |g: dirlock::LockGuard| g.release().unwrap(),
+        );
+        println!(
+            "| **dirlock** (with a deadline: inotify) | {} | {m:.0} | {p99:.0} | {c:.0} µs |",
             p.name
         );
         let dl = fresh(d, "hdl").join("x.lock");
@@ -461,8 +479,19 @@ fn main() {
         "## dirlock benchmarks ({} cores)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
-    uncontended(&places);
-    handoffs(&places);
-    throughput(&places);
-    scale(&places);
+    // `cargo bench -- handoff scale` runs only the sections named.
+    let only: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
+    let want = |section: &str| only.is_empty() || only.iter().any(|o| section.contains(o.as_str()));
+    if want("uncontended") {
+        uncontended(&places);
+    }
+    if want("handoff") {
+        handoffs(&places);
+    }
+    if want("throughput") {
+        throughput(&places);
+    }
+    if want("scale") {
+        scale(&places);
+    }
 }

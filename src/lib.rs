@@ -83,7 +83,7 @@
 //!
 //! # Cost
 //!
-//! An uncontended, durable acquire + release is 18 system calls (`strace -c`; the bare
+//! An uncontended, durable acquire + release is 19 system calls (`strace -c`; the bare
 //! sequence of the same steps, without any checks, is 15). Each one:
 //!
 //! | step | calls | why |
@@ -96,10 +96,15 @@
 //! | publish | `renameat2(RENAME_NOREPLACE)` | atomic, never over anything; its success is the proof |
 //! | release | `fstatat` | the lock is still ours (the very inode our beacon holds) |
 //! | | `renameat2`, `fstatat` | retire to a tombstone named by our token, and check it is what we retired |
-//! | reap | `unlinkat`, `close`, `unlinkat` | the record, the beacon (this wakes waiters), the tombstone |
+//! | reap | `unlinkat` | the record |
+//! | | `flock(LOCK_UN)`, `close` | the beacon: unlocked for every copy a fork made of it, then closed (this wakes waiters) |
+//! | | `unlinkat` | the tombstone |
 //!
 //! A waiter stages its candidate before it sleeps, so taking over a released lock costs one
-//! rename after the wake-up. The pid is cached (and reset in forked children); identity facts
+//! rename after the wake-up. A waiter with no deadline and no [`Cancel`] sleeps in a blocking
+//! `flock(LOCK_SH)` on the holder's beacon, the kernel's own handoff; one with a deadline or
+//! a `Cancel` sleeps in `poll`, woken by inotify (the holder's rename or final close), a pidfd
+//! or the cancel's eventfd. The pid is cached (and reset in forked children); identity facts
 //! are read once per process.
 //!
 //! # Limits

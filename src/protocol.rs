@@ -606,6 +606,16 @@ fn wait_for_change<S: System>(
     left: Option<Duration>,
 ) -> Result<(), Error> {
     let cancel = req.options.cancel.as_ref().map(|c| &*c.0);
+    if beacon && cancel.is_none() && also.is_none() && left.is_none() {
+        // An unbounded wait on a beacon holder: sleep in the kernel's own lock handoff. The
+        // holder's release unlocks the beacon explicitly (for every copy a fork made of it),
+        // and its death closes it, so either wakes us.
+        match sp.sys.wait_shared(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if is(&e, Errno::LockUnsupported) => {}
+            Err(e) => return Err(sp.io("wait for the lock", req.name, e)),
+        }
+    }
     let watch = sp.sys.watch(dir, pid).unwrap_or(None);
     let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
     let start = sp.sys.monotonic();
@@ -710,6 +720,9 @@ pub(crate) fn release<S: System>(
     // Reap: empty the tombstone through our handle, drop the beacon, remove the directory;
     // then close the previous holder's directory we kept (see `Held::last_seen`).
     let _ = sp.sys.remove_file_at(&held.beacon, OWNER_FILE);
+    // Unlock before closing: a forked child's copy of the beacon shares its lock, and would
+    // otherwise keep waiters blocked in `flock` until the child exits.
+    let _ = sp.sys.unlock(&held.beacon);
     drop(held.beacon);
     remove_tree(sp.sys, sp.dir, &tomb);
     drop(held.last_seen);

@@ -674,6 +674,49 @@ impl System for SimSys {
         )
     }
 
+    fn unlock(&self, dir: &SimDir) -> io::Result<()> {
+        let fd = dir.fd;
+        self.call("flock UN", |st, _| {
+            let ino = self.ino(st, dir)?;
+            if let Some(o) = st.ofds.get_mut(&fd) {
+                o.lock = None;
+            }
+            st.bump(ino); // waiters blocked on it are woken
+            Ok(())
+        })
+    }
+
+    fn wait_shared(&self, dir: &SimDir) -> io::Result<()> {
+        let fd = dir.fd;
+        loop {
+            // Granted when no other descriptor holds it exclusively; else sleep until the
+            // lock's state changes (an unlock or a close bumps the inode's epoch).
+            let blocked = self.call("flock SH (blocking)", |st, _| {
+                let ino = self.ino(st, dir)?;
+                if st.no_flock {
+                    return Err(errno(37)); // ENOLCK
+                }
+                let conflict = st
+                    .ofds
+                    .iter()
+                    .any(|(f, o)| *f != fd && o.ino == ino && o.lock == Some(true));
+                Ok(conflict.then(|| (ino, st.inodes.get(&ino).map_or(0, |i| i.epoch))))
+            })?;
+            match blocked {
+                None => return Ok(()), // granted, and dropped again at once
+                Some(watch) => {
+                    drop(self.world.yield_point(
+                        self.slot,
+                        Status::Sleeping {
+                            until: None,
+                            watch: Some(watch),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+
     fn process_alive(&self, pid: u32) -> Option<bool> {
         self.call(&format!("kill {pid} 0"), |st, _| {
             Some(st.slot_of_pid(pid).is_some_and(|s| st.procs[s].alive))

@@ -3,8 +3,9 @@
 //! own, with one test, so that it forks while no other thread runs.
 #![allow(unsafe_code)]
 
-use dirlock::{Error, Locks};
+use dirlock::{Error, Locks, Wait};
 use std::process::Command;
+use std::time::Duration;
 
 /// Runs `child` in a forked process and returns its exit status.
 fn in_fork(child: impl FnOnce() -> i32) -> i32 {
@@ -78,6 +79,45 @@ fn forked_children_and_execd_programs_do_not_own_the_lock() {
     let g = result.expect("the exec'd program must not keep the lock alive");
     assert!(g.reclaimed_from().is_some());
     g.release().unwrap();
+
+    // 3. A holder forks a child that lives on with a copy of the beacon, then releases: a
+    // waiter blocked in the beacon's flock (an unbounded wait) and one woken by inotify (a
+    // timed wait) both get the lock while the child still lives, though the child's copy
+    // shares the lock (the release unlocks it explicitly, not just by closing).
+    for wait in [Wait::Forever, Wait::Timeout(Duration::from_secs(120))] {
+        let g = locks.named_lock("w.lock").acquire().unwrap();
+        // SAFETY: no other thread runs now (the previous waiter was joined); the child only
+        // sleeps and leaves through _exit.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0, "fork failed");
+        if child == 0 {
+            std::thread::sleep(Duration::from_secs(30));
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        let (acquired, child_alive) = std::thread::scope(|s| {
+            let waiter = s.spawn(|| locks.named_lock("w.lock").wait(wait).acquire());
+            std::thread::sleep(Duration::from_millis(200)); // let it block
+            g.release().unwrap();
+            let acquired = waiter.join().unwrap();
+            let mut status = 0;
+            // SAFETY: polls our own child without blocking; `status` is a valid out-pointer.
+            let alive = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0;
+            (acquired, alive)
+        });
+        // SAFETY: kills and reaps the child forked above.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        let acquired = acquired.expect("the waiter gets the released lock");
+        assert!(
+            child_alive,
+            "{wait:?}: the waiter got the lock only once the child holding a copy of the \
+             beacon had exited"
+        );
+        acquired.release().unwrap();
+    }
 }
 
 /// The forked child's view of the parent's guard: a bitwise copy, as fork made of the whole

@@ -179,6 +179,13 @@ pub trait System {
     /// `flock` without blocking: `Ok(true)` when taken, `Ok(false)` when someone else holds a
     /// conflicting lock.
     fn try_lock(&self, dir: &Self::Dir, exclusive: bool) -> io::Result<bool>;
+    /// Drops the `flock` held through `dir`'s open file description, for every descriptor
+    /// that shares it (a forked child's copy included), before `dir` is closed.
+    fn unlock(&self, dir: &Self::Dir) -> io::Result<()>;
+    /// Blocks until a shared `flock` on `dir` can be had (the exclusive holder let go: it
+    /// released, or it died), then drops it again. The kernel's own handoff: the fastest
+    /// wake-up there is, but neither cancellable nor timed, so only for unbounded waits.
+    fn wait_shared(&self, dir: &Self::Dir) -> io::Result<()>;
 
     /// Whether process `pid` exists: `Some(false)` only when the kernel says there is no such
     /// process; `None` when it cannot tell.

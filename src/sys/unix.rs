@@ -676,6 +676,18 @@ impl System for Real {
         }
     }
 
+    fn unlock(&self, dir: &OwnedFd) -> io::Result<()> {
+        // SAFETY: `dir` is open; flock takes no pointers.
+        retry(|| unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_UN) }).map(drop)
+    }
+
+    fn wait_shared(&self, dir: &OwnedFd) -> io::Result<()> {
+        // SAFETY: `dir` is open; flock takes no pointers. A blocking flock sleeps in the
+        // kernel until the exclusive holder lets go; a signal (EINTR) just starts it again.
+        retry(|| unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_SH) })?;
+        self.unlock(dir)
+    }
+
     fn process_alive(&self, pid: u32) -> Option<bool> {
         let pid = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
         // SAFETY: signal 0 only checks for existence and permission; nothing is delivered.

@@ -134,3 +134,26 @@ fn an_unknown_owner_is_waited_for_without_spinning() {
     // A busy loop burns ~40 ticks (at 100 Hz) in 400 ms; a sleeping waiter about none.
     assert!(used < 10, "the waiter used {used} CPU ticks while waiting");
 }
+
+#[test]
+fn a_live_holder_is_waited_for_without_spinning() {
+    // An unbounded wait sleeps in the beacon's flock; a timed one in poll, woken by inotify.
+    for wait in [Wait::Forever, Wait::Timeout(Duration::from_secs(60))] {
+        let fx = Fixture::new();
+        let holder = Holder::start(fx.dir(), &["--lock", "s.lock"]);
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                let before = thread_cpu_ticks();
+                let g = fx.locks.named_lock("s.lock").wait(wait).acquire();
+                (g, thread_cpu_ticks() - before)
+            });
+            std::thread::sleep(Duration::from_millis(400));
+            assert!(!waiter.is_finished(), "{wait:?}: the waiter waits");
+            holder.release();
+            let (g, used) = waiter.join().unwrap();
+            g.unwrap().release().unwrap();
+            // A busy loop burns ~40 ticks (at 100 Hz) in 400 ms; a sleeping waiter about none.
+            assert!(used < 10, "{wait:?}: the waiter used {used} CPU ticks");
+        });
+    }
+}

@@ -702,6 +702,10 @@ pub(crate) fn release<S: System>(
         }
         Err(e) => return Err(sp.io("retire the lock", name, e)),
     }
+    // `NAME` is free: wake the waiters blocked in the beacon's flock now, before the checks
+    // and the reaping. Explicitly, not just by closing: a forked child's copy of the beacon
+    // shares its lock, and would otherwise keep them blocked until the child exits.
+    let _ = sp.sys.unlock(&held.beacon);
     match sp.sys.meta_at(sp.dir, &tomb) {
         Ok(m) if m.id == held.id => {}
         // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
@@ -720,9 +724,6 @@ pub(crate) fn release<S: System>(
     // Reap: empty the tombstone through our handle, drop the beacon, remove the directory;
     // then close the previous holder's directory we kept (see `Held::last_seen`).
     let _ = sp.sys.remove_file_at(&held.beacon, OWNER_FILE);
-    // Unlock before closing: a forked child's copy of the beacon shares its lock, and would
-    // otherwise keep waiters blocked in `flock` until the child exits.
-    let _ = sp.sys.unlock(&held.beacon);
     drop(held.beacon);
     remove_tree(sp.sys, sp.dir, &tomb);
     drop(held.last_seen);

@@ -689,8 +689,9 @@ impl System for SimSys {
     fn wait_shared(&self, dir: &SimDir) -> io::Result<()> {
         let fd = dir.fd;
         loop {
-            // Granted when no other descriptor holds it exclusively; else sleep until the
-            // lock's state changes (an unlock or a close bumps the inode's epoch).
+            // Granted (and kept until the directory is closed) when no other descriptor
+            // holds it exclusively; else sleep until the lock's state changes (an unlock or
+            // a close bumps the inode's epoch).
             let blocked = self.call("flock SH (blocking)", |st, _| {
                 let ino = self.ino(st, dir)?;
                 if st.no_flock {
@@ -700,10 +701,13 @@ impl System for SimSys {
                     .ofds
                     .iter()
                     .any(|(f, o)| *f != fd && o.ino == ino && o.lock == Some(true));
+                if !conflict {
+                    st.ofds.get_mut(&fd).expect("open").lock = Some(false);
+                }
                 Ok(conflict.then(|| (ino, st.inodes.get(&ino).map_or(0, |i| i.epoch))))
             })?;
             match blocked {
-                None => return Ok(()), // granted, and dropped again at once
+                None => return Ok(()), // granted (kept until the directory is closed)
                 Some(watch) => {
                     drop(self.world.yield_point(
                         self.slot,

@@ -182,9 +182,12 @@ pub trait System {
     /// Drops the `flock` held through `dir`'s open file description, for every descriptor
     /// that shares it (a forked child's copy included), before `dir` is closed.
     fn unlock(&self, dir: &Self::Dir) -> io::Result<()>;
-    /// Blocks until a shared `flock` on `dir` can be had (the exclusive holder let go: it
-    /// released, or it died), then drops it again. The kernel's own handoff: the fastest
-    /// wake-up there is, but neither cancellable nor timed, so only for unbounded waits.
+    /// Blocks until a shared `flock` on `dir` is granted (the exclusive holder let go: it
+    /// released, or it died). The shared lock stays until `dir` is closed: it conflicts only
+    /// with an exclusive one, which nobody takes on a lock that was released or whose owner
+    /// died, and keeping it spares a system call on the way to the lock. The kernel's own
+    /// handoff: the fastest wake-up there is, but neither cancellable nor timed, so only for
+    /// unbounded waits.
     fn wait_shared(&self, dir: &Self::Dir) -> io::Result<()>;
 
     /// Whether process `pid` exists: `Some(false)` only when the kernel says there is no such

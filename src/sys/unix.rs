@@ -684,8 +684,7 @@ impl System for Real {
     fn wait_shared(&self, dir: &OwnedFd) -> io::Result<()> {
         // SAFETY: `dir` is open; flock takes no pointers. A blocking flock sleeps in the
         // kernel until the exclusive holder lets go; a signal (EINTR) just starts it again.
-        retry(|| unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_SH) })?;
-        self.unlock(dir)
+        retry(|| unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_SH) }).map(drop)
     }
 
     fn process_alive(&self, pid: u32) -> Option<bool> {

@@ -185,6 +185,28 @@ fn thread_cpu_us() -> f64 {
     ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
 }
 
+/// Where the handoff's two threads run: where the scheduler puts them (it wakes the waiter on
+/// the releasing thread's CPU), or pinned to CPUs 0 (holder) and 1 (waiter).
+static APART: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Pins the calling thread to `cpu`, or lets it run anywhere (`None`).
+fn pin(cpu: Option<usize>) {
+    // SAFETY: `set` is a plain bitmask, filled by the libc helpers and passed by pointer with
+    // its size; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        // All online CPUs (not `available_parallelism`, which a pinned thread sees as 1).
+        let n = libc::sysconf(libc::_SC_NPROCESSORS_ONLN).max(1) as usize;
+        for c in 0..n {
+            if cpu.is_none_or(|p| p == c) {
+                libc::CPU_SET(c, &mut set);
+            }
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// A waiter thread blocks on the lock; the holder releases; the time from the start of the
 /// release to the waiter holding it. Returns (median µs, p99 µs, waiter CPU µs per wait).
 fn handoff<H, W>(
@@ -204,7 +226,15 @@ where
         let h = hold();
         let ready = Barrier::new(2);
         let (t_acquired, cpu_used) = std::thread::scope(|s| {
-            let waiter = s.spawn(|| {
+            let apart = APART.load(std::sync::atomic::Ordering::Relaxed);
+            if apart {
+                pin(Some(0));
+            }
+            let (wait, done, ready) = (&wait, &done, &ready);
+            let waiter = s.spawn(move || {
+                if apart {
+                    pin(Some(1));
+                }
                 ready.wait();
                 let c0 = thread_cpu_us();
                 let w = wait();
@@ -219,6 +249,9 @@ where
             let t0 = Instant::now();
             release(h);
             let (t, used) = waiter.join().unwrap();
+            if apart {
+                pin(None);
+            }
             (t.duration_since(t0), used)
         });
         lat.push(t_acquired.as_secs_f64() * 1e6);
@@ -231,78 +264,97 @@ fn handoffs(places: &[Place]) {
     let rounds = if quick() { 30 } else { 200 };
     println!("\n### Handoff: a blocked waiter gets the lock (µs from the start of release; waiter CPU while blocked ~20 ms)\n");
     println!(
-        "| lock | place | median | p99 | waiter CPU per wait |\n| --- | --- | ---: | ---: | ---: |"
+        "| lock | place | threads | median | p99 | waiter CPU per wait |\n| --- | --- | --- | ---: | ---: | ---: |"
     );
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     for p in places {
         let d = p.root.path();
-        let file = fresh(d, "hf").join("f");
-        File::create(&file).unwrap();
-        let (m, p99, c) = handoff(
-            rounds,
-            || {
+        for apart in [false, true] {
+            if apart && cpus < 2 {
+                continue;
+            }
+            APART.store(apart, std::sync::atomic::Ordering::Relaxed);
+            let threads = if apart {
+                "pinned apart"
+            } else {
+                "as scheduled"
+            };
+            let row = |lock: &str, (m, p99, c): (f64, f64, f64)| {
+                println!(
+                    "| {lock} | {} | {threads} | {m:.0} | {p99:.0} | {c:.0} µs |",
+                    p.name
+                );
+            };
+            let file = fresh(d, "hf").join("f");
+            File::create(&file).unwrap();
+            let flock = || {
                 let f = File::open(&file).unwrap();
                 f.lock().unwrap();
                 f
-            },
-            |f: File| drop(f),
-            || {
-                let f = File::open(&file).unwrap();
-                f.lock().unwrap();
-                f
-            },
-            |f: File| drop(f),
-        );
-        println!("| flock | {} | {m:.0} | {p99:.0} | {c:.0} µs |", p.name);
-        let locks = Locks::in_dir(d.join("handoff")).unwrap();
-        let (m, p99, c) = handoff(
-            rounds,
-            || locks.named_lock("h.lock").durable(false).acquire().unwrap(),
-            |g: dirlock::LockGuard| g.release().unwrap(),
-            || {
-                locks
-                    .named_lock("h.lock")
-                    .durable(false)
-                    .wait(Wait::Forever)
+            };
+            row("flock", handoff(rounds, flock, drop, flock, drop));
+            // The protocol's own floor: the holder renames the lock away and unlocks its
+            // beacon; the waiter, its candidate staged and locked, sleeps in flock on the
+            // holder's directory and renames its candidate in. No checks, no records.
+            let fd = fresh(d, "hfloor");
+            let serial = std::sync::atomic::AtomicU64::new(0);
+            let lock = fd.join("x.lock");
+            let take = |wait: bool| {
+                let n = serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let cand = fd.join(format!("x.lock.candidate.{n}"));
+                fs::DirBuilder::new().mode(0o700).create(&cand).unwrap();
+                let beacon = File::open(&cand).unwrap();
+                beacon.lock().unwrap();
+                if wait {
+                    File::open(&lock).unwrap().lock_shared().unwrap();
+                }
+                #[allow(clippy::disallowed_methods)]
+                fs::rename(&cand, &lock).unwrap();
+                (beacon, n)
+            };
+            let give = |(beacon, n): (File, u64)| {
+                let tomb = fd.join(format!("x.lock.tombstone.{n}"));
+                #[allow(clippy::disallowed_methods)]
+                fs::rename(&lock, &tomb).unwrap();
+                beacon.unlock().unwrap();
+                drop(beacon);
+                #[allow(clippy::disallowed_methods)]
+                fs::remove_dir(&tomb).unwrap();
+            };
+            row(
+                "floor: rename away, unlock; rename in",
+                handoff(rounds, || take(false), give, || take(true), give),
+            );
+            let locks = Locks::in_dir(fresh(d, "handoff")).unwrap();
+            for (lock, deadline) in [
+                ("**dirlock** (no deadline: flock)", None),
+                (
+                    "**dirlock** (with a deadline: inotify)",
+                    Some(Duration::from_secs(60)),
+                ),
+            ] {
+                let wait = || {
+                    let req = locks.named_lock("h.lock").durable(false);
+                    match deadline {
+                        Some(t) => req.wait(t),
+                        None => req.wait(Wait::Forever),
+                    }
                     .acquire()
                     .unwrap()
-            },
-            |g: dirlock::LockGuard| g.release().unwrap(),
-        );
-        println!(
-            "| **dirlock** (no deadline: flock) | {} | {m:.0} | {p99:.0} | {c:.0} µs |",
-            p.name
-        );
-        let (m, p99, c) = handoff(
-            rounds,
-            || locks.named_lock("t.lock").durable(false).acquire().unwrap(),
-            |g: dirlock::LockGuard| g.release().unwrap(),
-            || {
-                locks
-                    .named_lock("t.lock")
-                    .durable(false)
-                    .wait(Duration::from_secs(60))
-                    .acquire()
-                    .unwrap()
-            },
-            |g: dirlock::LockGuard| g.release().unwrap(),
-        );
-        println!(
-            "| **dirlock** (with a deadline: inotify) | {} | {m:.0} | {p99:.0} | {c:.0} µs |",
-            p.name
-        );
-        let dl = fresh(d, "hdl").join("x.lock");
-        let (m, p99, c) = handoff(
-            if quick() { 3 } else { 10 },
-            || dir_lock::DirLock::new_sync(&dl).unwrap(),
-            drop,
-            || dir_lock::DirLock::new_sync(&dl).unwrap(),
-            drop,
-        );
-        println!(
-            "| dir-lock 0.5 | {} | {m:.0} | {p99:.0} | {c:.0} µs |",
-            p.name
-        );
+                };
+                let hold = || locks.named_lock("h.lock").durable(false).acquire().unwrap();
+                let release = |g: dirlock::LockGuard| g.release().unwrap();
+                row(lock, handoff(rounds, hold, release, wait, release));
+            }
+            if !apart {
+                let dl = fresh(d, "hdl").join("x.lock");
+                let dl_rounds = if quick() { 3 } else { 10 };
+                let take = || dir_lock::DirLock::new_sync(&dl).unwrap();
+                row("dir-lock 0.5", handoff(dl_rounds, take, drop, take, drop));
+            }
+        }
     }
+    APART.store(false, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// `procs` processes each take the lock `each` times around a tiny critical section.

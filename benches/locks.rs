@@ -9,6 +9,7 @@
 use dirlock::{Locks, Wait};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -207,6 +208,47 @@ fn pin(cpu: Option<usize>) {
     }
 }
 
+/// Opens directory `name` in `at`.
+fn at_open(at: &File, name: &std::ffi::CStr) -> File {
+    // SAFETY: `at` is an open directory and `name` NUL-terminated; the new descriptor is ours.
+    let fd = unsafe {
+        libc::openat(
+            at.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    assert!(fd >= 0, "openat: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    unsafe { File::from_raw_fd(fd) }
+}
+
+/// Makes directory `name` in `at` (mode 0700) and opens it.
+fn at_mkdir_open(at: &File, name: &std::ffi::CStr) -> File {
+    // SAFETY: `at` is an open directory and `name` NUL-terminated.
+    assert_eq!(
+        unsafe { libc::mkdirat(at.as_raw_fd(), name.as_ptr(), 0o700) },
+        0
+    );
+    at_open(at, name)
+}
+
+/// `renameat2(RENAME_NOREPLACE)` within `at`.
+fn at_rename(at: &File, from: &std::ffi::CStr, to: &std::ffi::CStr) {
+    // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            at.as_raw_fd(),
+            from.as_ptr(),
+            at.as_raw_fd(),
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    assert_eq!(r, 0, "renameat2: {}", std::io::Error::last_os_error());
+}
+
 /// A waiter thread blocks on the lock; the holder releases; the time from the start of the
 /// release to the waiter holding it. Returns (median µs, p99 µs, waiter CPU µs per wait).
 fn handoff<H, W>(
@@ -297,29 +339,31 @@ fn handoffs(places: &[Place]) {
             // beacon; the waiter, its candidate staged and locked, sleeps in flock on the
             // holder's directory and renames its candidate in. No checks, no records.
             let fd = fresh(d, "hfloor");
+            // Directory-relative calls, as dirlock makes them.
+            let at = File::open(&fd).unwrap();
             let serial = std::sync::atomic::AtomicU64::new(0);
-            let lock = fd.join("x.lock");
             let take = |wait: bool| {
                 let n = serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let cand = fd.join(format!("x.lock.candidate.{n}"));
-                fs::DirBuilder::new().mode(0o700).create(&cand).unwrap();
-                let beacon = File::open(&cand).unwrap();
+                let cand = std::ffi::CString::new(format!("x.lock.candidate.{n}")).unwrap();
+                let beacon = at_mkdir_open(&at, &cand);
                 beacon.lock().unwrap();
-                if wait {
-                    File::open(&lock).unwrap().lock_shared().unwrap();
-                }
-                #[allow(clippy::disallowed_methods)]
-                fs::rename(&cand, &lock).unwrap();
-                (beacon, n)
+                // The waiter keeps the old directory open past its rename (its final close,
+                // an inode eviction on disk, stays off the critical path, as in dirlock).
+                let seen = wait.then(|| {
+                    let old = at_open(&at, c"x.lock");
+                    old.lock_shared().unwrap();
+                    old
+                });
+                at_rename(&at, &cand, c"x.lock");
+                (beacon, n, seen)
             };
-            let give = |(beacon, n): (File, u64)| {
-                let tomb = fd.join(format!("x.lock.tombstone.{n}"));
-                #[allow(clippy::disallowed_methods)]
-                fs::rename(&lock, &tomb).unwrap();
+            let give = |(beacon, n, _seen): (File, u64, Option<File>)| {
+                let tomb = std::ffi::CString::new(format!("x.lock.tombstone.{n}")).unwrap();
+                at_rename(&at, c"x.lock", &tomb);
                 beacon.unlock().unwrap();
                 drop(beacon);
-                #[allow(clippy::disallowed_methods)]
-                fs::remove_dir(&tomb).unwrap();
+                // SAFETY: `at` is an open directory and `tomb` a NUL-terminated name in it.
+                unsafe { libc::unlinkat(at.as_raw_fd(), tomb.as_ptr(), libc::AT_REMOVEDIR) };
             };
             row(
                 "floor: rename away, unlock; rename in",

@@ -44,8 +44,9 @@
 //! - **Private**: everything is created mode 0700/0600 whatever the umask; symlinks, foreign
 //!   owners and open modes are refused with an error naming the path and the fix.
 //! - **Waiting in the kernel**: a waiting acquisition sleeps until the holder releases or dies
-//!   (inotify on the holder's lock directory, a pidfd for pid-judged holders); it can be
-//!   cancelled ([`Cancel`]) and leaves nothing behind when it times out.
+//!   (a blocking `flock` on the holder's beacon when it waits without a deadline; inotify on the
+//!   holder's lock directory and a pidfd for pid-judged holders otherwise); it can be cancelled
+//!   ([`Cancel`]) and leaves nothing behind when it times out.
 //! - **Durability**: the record and candidate are fsynced before publishing (turn off with
 //!   [`LockRequest::durable`]), so a power loss never leaves a lock without a complete record.
 //!

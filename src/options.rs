@@ -17,6 +17,8 @@ pub enum Wait {
     #[default]
     Immediately,
     /// Wait until the lock is free, however long that takes. The global setup lock's default.
+    /// Without a [`Cancel`], a live holder is waited for in a blocking `flock` on its beacon,
+    /// the fastest handoff; with one, in `poll`, so that the cancel can wake it.
     Forever,
     /// Wait at most this long, then fail with [`crate::Error::Timeout`].
     Timeout(Duration),

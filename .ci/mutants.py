@@ -5,7 +5,7 @@ Usage: python3 .ci/mutants.py [NAME...]   (run from the repository root)
 Every mutant must make its test fail (or hang past the timeout); a mutant that passes means
 the test has no teeth for it, and the script exits 1.
 """
-import os, signal, subprocess, sys
+import os, shutil, signal, subprocess, sys, tempfile
 
 MUTANTS = [
     ("publish-treats-EEXIST-as-won", "src/protocol.rs",
@@ -158,9 +158,13 @@ def main():
         try:
             # Its own process group, so that a hung test and everything it started die with it.
             target = ["--lib"] if binary == "lib" else ["--test", binary]
+            # A broken test may fail or be killed before its temporary directories are
+            # removed: give it a private TMPDIR, and remove what it left in /dev/shm.
+            tmp = tempfile.mkdtemp(prefix="dirlock-mutant-")
+            shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
             p = subprocess.Popen(["cargo", "test", "-q", *target, "--", "--exact", test],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True)
+                                 start_new_session=True, env={**os.environ, "TMPDIR": tmp})
             try:
                 _, err = p.communicate(timeout=60)
                 how = "failed" if p.returncode != 0 else "PASSED"
@@ -168,6 +172,10 @@ def main():
                 os.killpg(p.pid, signal.SIGKILL)
                 _, err = p.communicate()
                 how = "hung (killed after 60 s)"
+            shutil.rmtree(tmp, ignore_errors=True)
+            for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
+                if entry.startswith(".tmp"):
+                    shutil.rmtree(os.path.join("/dev/shm", entry), ignore_errors=True)
             caught = how != "PASSED"
             if "error[E" in err:
                 how = "did not compile"; caught = False

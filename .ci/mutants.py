@@ -5,7 +5,7 @@ Usage: python3 .ci/mutants.py [NAME...]   (run from the repository root)
 Every mutant must make its test fail (or hang past the timeout); a mutant that passes means
 the test has no teeth for it, and the script exits 1.
 """
-import os, shutil, signal, subprocess, sys, tempfile
+import os, shutil, signal, subprocess, sys, tempfile, time
 
 MUTANTS = [
     ("publish-treats-EEXIST-as-won", "src/protocol.rs",
@@ -172,6 +172,13 @@ def main():
                 os.killpg(p.pid, signal.SIGKILL)
                 _, err = p.communicate()
                 how = "hung (killed after 60 s)"
+            # Again, for anything forked while the group was being killed (or a caught test
+            # left behind).
+            time.sleep(0.5)
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             shutil.rmtree(tmp, ignore_errors=True)
             for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
                 if entry.startswith(".tmp"):

@@ -260,32 +260,70 @@ fn stage<S: System>(sp: &Space<S>, req: &Request, me: &Identity) -> Result<Stage
         problem,
     })?;
     let name = candidate_name(req.name, &token);
+    let fresh = make_candidate(sp, &name)?;
+    owner.beacon = Some(fresh.flocked);
+    let written = write_record(
+        sp,
+        &fresh.dir,
+        &name,
+        &owner,
+        req.options.durable,
+        fresh.umask_stripped,
+    );
+    if let Err(e) = written {
+        remove_tree(sp.sys, sp.dir, &name);
+        return Err(e);
+    }
+    Ok(Staged {
+        name,
+        dir: fresh.dir,
+        id: fresh.meta.id,
+        owner,
+        staged_at: sp.sys.monotonic(),
+        last_seen: None,
+    })
+}
+
+/// A candidate directory just made by [`make_candidate`].
+pub(crate) struct Fresh<D> {
+    pub(crate) dir: D,
+    pub(crate) meta: Meta,
+    /// The umask stripped owner bits (so files made inside need their mode fixed too).
+    pub(crate) umask_stripped: bool,
+    /// Its exclusive `flock` is held (false where the filesystem has no `flock`).
+    pub(crate) flocked: bool,
+}
+
+/// Makes candidate directory `name` (a lock's, or a reclaim guard's being staged), opens it,
+/// gives it mode exactly 0700 and takes its exclusive `flock`. On failure it is removed.
+pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fresh<S::Dir>, Error> {
     sp.sys
-        .mkdir_at(sp.dir, &name)
-        .map_err(|e| sp.io("create the candidate directory", &name, e))?;
+        .mkdir_at(sp.dir, name)
+        .map_err(|e| sp.io("create the candidate directory", name, e))?;
     let result = (|| {
         let dir = sp
             .sys
-            .open_dir_at(sp.dir, &name)
-            .map_err(|e| sp.io("open the candidate directory", &name, e))?;
+            .open_dir_at(sp.dir, name)
+            .map_err(|e| sp.io("open the candidate directory", name, e))?;
         let meta = sp
             .sys
             .meta(&dir)
-            .map_err(|e| sp.io("inspect the candidate directory", &name, e))?;
+            .map_err(|e| sp.io("inspect the candidate directory", name, e))?;
         // mkdir gave 0700 & ~umask. Only a umask that strips owner bits needs fixing, and then
         // the record's 0600 does too (0700 & ~u == 0700 implies 0600 & ~u == 0600).
         let umask_stripped = meta.mode & 0o777 != 0o700;
         if umask_stripped {
             sp.sys
                 .set_mode(&dir, 0o700)
-                .map_err(|e| sp.io("set the mode of the candidate directory", &name, e))?;
+                .map_err(|e| sp.io("set the mode of the candidate directory", name, e))?;
         }
-        let beacon = match sp.sys.try_lock(&dir, true) {
+        // A fresh candidate's lock is free: nobody looks at one this young.
+        let flocked = match sp.sys.try_lock(&dir, true) {
             Ok(true) => true,
             Ok(false) => {
                 return Err(sp.io(
                     "lock the fresh candidate directory",
-                    &name,
+                    name,
                     io::Error::new(
                         io::ErrorKind::WouldBlock,
                         "another process holds a lock on it",
@@ -294,26 +332,19 @@ fn stage<S: System>(sp: &Space<S>, req: &Request, me: &Identity) -> Result<Stage
             }
             // Some NFS and FUSE mounts have no flock: the lock works, judged by pid evidence.
             Err(e) if is(&e, Errno::LockUnsupported) => false,
-            Err(e) => return Err(sp.io("lock the candidate directory", &name, e)),
+            Err(e) => return Err(sp.io("lock the candidate directory", name, e)),
         };
-        owner.beacon = Some(beacon);
-        write_record(sp, &dir, &name, &owner, req.options.durable, umask_stripped)?;
-        Ok((dir, meta.id))
-    })();
-    match result {
-        Ok((dir, id)) => Ok(Staged {
-            name,
+        Ok(Fresh {
             dir,
-            id,
-            owner,
-            staged_at: sp.sys.monotonic(),
-            last_seen: None,
-        }),
-        Err(e) => {
-            remove_tree(sp.sys, sp.dir, &name);
-            Err(e)
-        }
+            meta,
+            umask_stripped,
+            flocked,
+        })
+    })();
+    if result.is_err() {
+        remove_tree(sp.sys, sp.dir, name);
     }
+    result
 }
 
 fn write_record<S: System>(

@@ -18,7 +18,7 @@
 
 use crate::error::Error;
 use crate::paths::{candidate_name, guard_name, tombstone_name, GUARD_MARKER};
-use crate::protocol::{remove_tree, Seen, Space};
+use crate::protocol::{make_candidate, remove_tree, Seen, Space};
 use crate::sys::{is, Errno, System};
 use std::io;
 use std::time::Duration;
@@ -109,30 +109,8 @@ fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Opti
         return make_guard_in_place(sp, gname);
     }
     let staging = candidate_name(name, &sp.sys.token());
-    sp.sys
-        .mkdir_at(sp.dir, &staging)
-        .map_err(|e| Error::io("create the reclaim guard", sp.entry(&staging), e))?;
-    let result = (|| {
-        let guard = sp
-            .sys
-            .open_dir_at(sp.dir, &staging)
-            .map_err(|e| Error::io("open the reclaim guard", sp.entry(&staging), e))?;
-        private(sp, &guard, &staging)?;
-        match sp.sys.try_lock(&guard, true) {
-            // A fresh directory: nobody else looks at a candidate this young.
-            Ok(true) => {}
-            Err(e) if is(&e, Errno::LockUnsupported) => {}
-            Ok(false) => {
-                let busy = io::Error::new(io::ErrorKind::WouldBlock, "another process holds it");
-                return Err(Error::io(
-                    "lock the fresh reclaim guard",
-                    sp.entry(&staging),
-                    busy,
-                ));
-            }
-            Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(&staging), e)),
-        }
-        mark(sp, &guard, &staging)?;
+    let guard = make_candidate(sp, &staging)?.dir;
+    let result = mark(sp, &guard, &staging).and_then(|()| {
         match sp.sys.rename_exclusive(sp.dir, &staging, gname) {
             Ok(()) => Ok(Staged::Placed(guard)),
             Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Staged::Exists),
@@ -143,7 +121,7 @@ fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Opti
                 e,
             )),
         }
-    })();
+    });
     match result {
         Ok(Staged::Placed(guard)) => Ok(Some(guard)),
         other => {

@@ -146,7 +146,8 @@ pub use protocol::{Sweep, Unlocked};
 #[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod __sim {
-    pub use crate::sim::{check_names, fuzz};
+    pub use crate::paths::check_names;
+    pub use crate::sim::fuzz;
 }
 
 /// Process plumbing for the `dirlock` command (signal forwarding). Not a stable API.

@@ -179,6 +179,37 @@ pub fn classify(entry: &str) -> Entry {
     Entry::Other
 }
 
+/// Checks a caller-chosen lock name the way the fuzzer wants: when [`check_lock_name`] accepts
+/// it, it classifies as a lock, and its candidate, tombstone and guard names classify back to
+/// it.
+#[cfg(any(test, feature = "sim"))]
+#[doc(hidden)]
+pub fn check_names(name: &str) {
+    if check_lock_name(name).is_err() {
+        return;
+    }
+    assert_eq!(classify(name), Entry::Lock(name.to_owned()), "{name:?}");
+    assert_eq!(
+        classify(&candidate_name(name, "t")),
+        Entry::Candidate {
+            lock: name.to_owned(),
+            token: "t".into()
+        }
+    );
+    assert_eq!(
+        classify(&tombstone_name(name, "u")),
+        Entry::Tombstone {
+            lock: name.to_owned()
+        }
+    );
+    assert_eq!(
+        classify(&guard_name(name)),
+        Entry::Guard {
+            lock: name.to_owned()
+        }
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,22 +217,8 @@ mod tests {
     #[test]
     fn derived_names_classify_back() {
         let lock = "repository-ab.lock";
-        assert_eq!(
-            classify(&candidate_name(lock, "t-1")),
-            Entry::Candidate {
-                lock: lock.into(),
-                token: "t-1".into()
-            }
-        );
-        assert_eq!(
-            classify(&tombstone_name(lock, "x")),
-            Entry::Tombstone { lock: lock.into() }
-        );
-        assert_eq!(
-            classify(&guard_name(lock)),
-            Entry::Guard { lock: lock.into() }
-        );
-        assert_eq!(classify(lock), Entry::Lock(lock.into()));
+        assert!(check_lock_name(lock).is_ok());
+        check_names(lock);
         assert_eq!(classify("notes.txt"), Entry::Other);
     }
 
@@ -250,7 +267,7 @@ mod tests {
         #[test]
         fn accepted_names_classify_back(name in "[A-Za-z0-9._-]{0,40}(\\.lock)?") {
             let _ = classify(&name);
-            crate::sim::check_names(&name);
+            check_names(&name);
         }
     }
 

@@ -243,6 +243,13 @@ impl State {
         fd
     }
 
+    /// Whether another descriptor's flock on `ino` stands in the way of `fd` taking one.
+    fn flock_conflict(&self, fd: u64, ino: Ino, exclusive: bool) -> bool {
+        self.ofds
+            .iter()
+            .any(|(f, o)| *f != fd && o.ino == ino && o.lock.is_some_and(|x| x || exclusive))
+    }
+
     fn close(&mut self, fd: u64) {
         if let Some(ofd) = self.ofds.remove(&fd) {
             self.bump(ofd.ino);
@@ -662,10 +669,7 @@ impl System for SimSys {
                 if st.no_flock {
                     return Err(errno(37)); // ENOLCK
                 }
-                let conflict = st.ofds.iter().any(|(f, o)| {
-                    *f != fd && o.ino == ino && o.lock.is_some_and(|x| x || exclusive)
-                });
-                if conflict {
+                if st.flock_conflict(fd, ino, exclusive) {
                     return Ok(false);
                 }
                 st.ofds.get_mut(&fd).expect("open").lock = Some(exclusive);
@@ -697,10 +701,7 @@ impl System for SimSys {
                 if st.no_flock {
                     return Err(errno(37)); // ENOLCK
                 }
-                let conflict = st
-                    .ofds
-                    .iter()
-                    .any(|(f, o)| *f != fd && o.ino == ino && o.lock == Some(true));
+                let conflict = st.flock_conflict(fd, ino, false);
                 if !conflict {
                     st.ofds.get_mut(&fd).expect("open").lock = Some(false);
                 }
@@ -895,38 +896,6 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         rest: Random::new(data.len() as u64),
     };
     run(&cfg, &mut strategy).map(drop)
-}
-
-/// Checks a caller-chosen lock name the way the fuzzer wants: when [`paths::check_lock_name`]
-/// accepts it, it classifies as a lock, and its candidate, tombstone and guard names classify
-/// back to it.
-///
-/// [`paths::check_lock_name`]: crate::paths
-pub fn check_names(name: &str) {
-    use crate::paths::{candidate_name, check_lock_name, tombstone_name};
-    if check_lock_name(name).is_err() {
-        return;
-    }
-    assert_eq!(classify(name), Entry::Lock(name.to_owned()), "{name:?}");
-    assert_eq!(
-        classify(&candidate_name(name, "t")),
-        Entry::Candidate {
-            lock: name.to_owned(),
-            token: "t".into()
-        }
-    );
-    assert_eq!(
-        classify(&tombstone_name(name, "u")),
-        Entry::Tombstone {
-            lock: name.to_owned()
-        }
-    );
-    assert_eq!(
-        classify(&guard_name(name)),
-        Entry::Guard {
-            lock: name.to_owned()
-        }
-    );
 }
 
 /// A simulation's shape.

@@ -7,10 +7,11 @@ use dirlock::{Error, Locks, Wait};
 use std::process::Command;
 use std::time::Duration;
 
-/// Runs `child` in a forked process and returns its exit status.
-fn in_fork(child: impl FnOnce() -> i32) -> i32 {
-    // SAFETY: this test binary runs a single test, so no other thread holds a lock the child
-    // could need; the child leaves through _exit without running the parent's destructors.
+/// Runs `child` in a forked process that ends with its return value; returns its pid.
+fn fork(child: impl FnOnce() -> i32) -> libc::pid_t {
+    // SAFETY: this test binary runs a single test, and forks only while no other thread runs,
+    // so no lock the child could need is held; the child leaves through _exit without running
+    // the parent's destructors.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
@@ -18,6 +19,12 @@ fn in_fork(child: impl FnOnce() -> i32) -> i32 {
         // SAFETY: ends the child at once, as a crash would, without unwinding.
         unsafe { libc::_exit(code) };
     }
+    pid
+}
+
+/// Runs `child` in a forked process and returns its exit status.
+fn in_fork(child: impl FnOnce() -> i32) -> i32 {
+    let pid = fork(child);
     let mut status = 0;
     // SAFETY: waits for the child we just forked; `status` is a valid out-pointer.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
@@ -86,15 +93,11 @@ fn forked_children_and_execd_programs_do_not_own_the_lock() {
     // shares the lock (the release unlocks it explicitly, not just by closing).
     for wait in [Wait::Forever, Wait::Timeout(Duration::from_secs(120))] {
         let g = locks.named_lock("w.lock").acquire().unwrap();
-        // SAFETY: no other thread runs now (the previous waiter was joined); the child only
-        // sleeps and leaves through _exit.
-        let child = unsafe { libc::fork() };
-        assert!(child >= 0, "fork failed");
-        if child == 0 {
+        // No other thread runs now (the previous waiter was joined).
+        let child = fork(|| {
             std::thread::sleep(Duration::from_secs(30));
-            // SAFETY: ends the child without running the parent's destructors.
-            unsafe { libc::_exit(0) };
-        }
+            0
+        });
         let (acquired, child_alive) = std::thread::scope(|s| {
             let waiter = s.spawn(|| locks.named_lock("w.lock").wait(wait).acquire());
             std::thread::sleep(Duration::from_millis(200)); // let it block

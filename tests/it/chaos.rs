@@ -57,6 +57,14 @@ const FAIL_POINTS: &[(&str, &str)] = &[
     ("guard", "inject=mkdirat:signal=SIGKILL:when=3"),
 ];
 
+/// A whole number from the environment (soak settings), or `default`.
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 struct Outcome {
     sections: u64,
     kills: u64,
@@ -268,10 +276,7 @@ fn chaos_on_disk() {
 #[test]
 #[ignore = "soak: CHAOS_SECS=600 cargo test --release --test it chaos_soak -- --ignored --nocapture"]
 fn chaos_soak() {
-    let secs = std::env::var("CHAOS_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+    let secs = env_u64("CHAOS_SECS", 300);
     for (place, base) in [
         ("tmpfs", tempfile::tempdir_in("/dev/shm").unwrap()),
         ("disk", tempfile::tempdir().unwrap()),
@@ -286,10 +291,7 @@ fn chaos_soak() {
 #[test]
 #[ignore = "soak: CHAOS_SECS=900 CHAOS_KILL_MS=1 cargo test --release --test it library_chaos_soak -- --ignored --nocapture"]
 fn library_chaos_soak() {
-    let secs = std::env::var("CHAOS_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(300);
+    let secs = env_u64("CHAOS_SECS", 300);
     let (mut total, mut holders) = (0, 0);
     for (place, base) in [
         ("tmpfs", tempfile::tempdir_in("/dev/shm").unwrap()),
@@ -415,10 +417,7 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
     // Kill every `ms` (random in [ms, 4 ms)): three times in four the holder (the pid in the
     // lock's record, looked for a few times: the lock is often between holders), otherwise any
     // worker (most are waiting).
-    let ms: u64 = std::env::var("CHAOS_KILL_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+    let ms = env_u64("CHAOS_KILL_MS", 10);
     let (mut kills, mut holder_kills) = (0u64, 0u64);
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     // No wedges: the log must keep growing. A crashed holder or reclaimer is proven dead by

@@ -2,7 +2,7 @@
 
 use crate::liveness::Judgement;
 use crate::owner::Owner;
-use std::fmt::Write as _;
+use crate::text;
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -30,8 +30,8 @@ pub enum Error {
         since: SystemTime,
     },
     /// The wait for the lock ran out.
-    #[error("{} after waiting {}; {}", subject(lock, resource), secs(*waited),
-        match owner { Some(o) => format!("it is held by {}", who(o)), None => "it kept changing hands".into() })]
+    #[error("gave up on {} after waiting {}: {}", subject(lock, resource), secs(*waited),
+        match owner { Some(o) => format!("it is held by {o}"), None => "it kept changing hands".into() })]
     Timeout {
         /// The lock directory.
         lock: PathBuf,
@@ -43,8 +43,7 @@ pub enum Error {
         owner: Option<Box<Owner>>,
     },
     /// The holder is dead by evidence but the lock is still inside the grace period.
-    #[error("{} is held by {}, judged {}; it becomes reclaimable in {} (retry then, or wait for it)",
-        subject(lock, resource), who(owner), judgement, secs(*remaining))]
+    #[error("{}", stale(lock, resource, owner, judgement, *remaining, *clock_ahead))]
     Stale {
         /// The lock directory.
         lock: PathBuf,
@@ -56,9 +55,13 @@ pub enum Error {
         judgement: Judgement,
         /// Time left in the grace period.
         remaining: Duration,
+        /// The lock's modification time is in the future (a clock was set back): the grace
+        /// period then counts from when a waiting acquisition first sees the lock unchanged,
+        /// and `remaining` is measured from the start of such a wait.
+        clock_ahead: bool,
     },
     /// Another process is reclaiming the lock (or a foreign guard is still fresh).
-    #[error("{} is being reclaimed under the guard {}{}", subject(lock, resource), guard.display(),
+    #[error("{} is being reclaimed under the guard {}{}", subject(lock, resource), text::path(guard),
         match remaining { Some(r) => format!(" (left by another implementation; reused in {} if nobody removes it)", secs(*r)), None => "; retry in a moment".into() })]
     Guarded {
         /// The guard directory.
@@ -72,7 +75,7 @@ pub enum Error {
     },
     /// The lock's owner record cannot be trusted; it is never removed automatically.
     #[error("{} has a malformed owner record: {problem}; nothing removes it automatically: check that no process uses it, then run `dirlock unlock --force` (it refuses while a process holds the lock) or remove {} by hand",
-        subject(lock, resource), lock.display())]
+        subject(lock, resource), text::path(lock))]
     Malformed {
         /// The lock directory.
         lock: PathBuf,
@@ -105,7 +108,7 @@ pub enum Error {
     },
     /// Taking this lock now would break the lock order (global setup first, then repository).
     #[error("cannot take {} while this thread holds the repository lock {}: take the global setup lock first (Locks::with_setup_locks does)",
-        subject(lock, resource), held.display())]
+        subject(lock, resource), text::path(held))]
     LockOrder {
         /// The lock that was asked for.
         lock: PathBuf,
@@ -136,7 +139,7 @@ pub enum Error {
         resource: String,
     },
     /// A directory or file is not private to this user (symlink, foreign owner, open mode).
-    #[error("refusing {}: {problem}; {fix}", path.display())]
+    #[error("refusing {}: {}; {fix}", text::path(path), text::escape(problem))]
     Unsafe {
         /// The offending path.
         path: PathBuf,
@@ -146,7 +149,7 @@ pub enum Error {
         fix: String,
     },
     /// An argument is unusable (an application or lock name, say).
-    #[error("invalid {what}: {problem}")]
+    #[error("invalid {}: {problem}", text::escape(what))]
     InvalidInput {
         /// Which argument, with its value.
         what: String,
@@ -154,7 +157,7 @@ pub enum Error {
         problem: String,
     },
     /// A system call failed.
-    #[error("cannot {op} {}", path.display())]
+    #[error("cannot {op} {}", text::path(path))]
     Io {
         /// The operation, as a verb phrase ("create the candidate directory").
         op: &'static str,
@@ -218,7 +221,37 @@ impl From<Error> for io::Error {
 }
 
 fn subject(lock: &std::path::Path, resource: &str) -> String {
-    format!("the lock {} for {resource}", lock.display())
+    format!(
+        "the lock {} for {}",
+        text::path(lock),
+        text::escape(resource)
+    )
+}
+
+fn stale(
+    lock: &std::path::Path,
+    resource: &str,
+    owner: &Owner,
+    judgement: &Judgement,
+    remaining: Duration,
+    clock_ahead: bool,
+) -> String {
+    let head = format!(
+        "{} is held by {owner}, judged {}",
+        subject(lock, resource),
+        text::escape(&judgement.to_string())
+    );
+    if clock_ahead {
+        format!(
+            "{head}; its modification time is in the future (a clock was set back), so its grace period counts from when a waiting acquisition first sees it unchanged: wait for it, and it is reclaimed {} into the wait",
+            secs(remaining)
+        )
+    } else {
+        format!(
+            "{head}; it becomes reclaimable in {} (retry then, or wait for it)",
+            secs(remaining)
+        )
+    }
 }
 
 fn held(
@@ -229,11 +262,10 @@ fn held(
     since: SystemTime,
 ) -> String {
     let mut s = format!(
-        "{} is held by {} since {}, judged {}; ",
+        "{} is held by {owner} since {}, judged {}; ",
         subject(lock, resource),
-        who(owner),
         when(since),
-        judgement
+        text::escape(&judgement.to_string())
     );
     s.push_str(match judgement.liveness {
         crate::Liveness::Unknown => {
@@ -241,18 +273,6 @@ fn held(
         }
         _ => "retry when it finishes, or wait for it (Wait::Forever, `dirlock run --wait`)",
     });
-    s
-}
-
-/// "pid 42 on host h (purpose: sync)".
-pub(crate) fn who(owner: &Owner) -> String {
-    let mut s = format!("pid {}", owner.pid);
-    if let Some(h) = &owner.host {
-        let _ = write!(s, " on host {h}");
-    }
-    if let Some(p) = &owner.purpose {
-        let _ = write!(s, " (purpose: {p})");
-    }
     s
 }
 

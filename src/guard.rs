@@ -97,6 +97,7 @@ fn unregister(serial: u64) {
 pub struct LockGuard {
     held: Option<Held<Real>>,
     dir: Arc<OwnedFd>,
+    dir_id: FileId,
     dir_path: PathBuf,
     path: PathBuf,
     uid: u32,
@@ -121,6 +122,7 @@ impl LockGuard {
             acquirer: held.owner.pid,
             held: Some(held),
             dir,
+            dir_id,
             dir_path: dir_path.to_owned(),
             path,
             uid,
@@ -153,12 +155,18 @@ impl LockGuard {
 
     /// Lets the child that `cmd` spawns keep this lock alive: it inherits the beacon
     /// descriptor across `exec`, so if this process dies (even by `SIGKILL`) while the child
-    /// runs, the lock stays live until the child exits too; then the kernel proves the owner
-    /// gone and the next contender reclaims it at once. The child also finds the lock named in
-    /// `DIRLOCK_HELD`, so that a nested acquisition of the same lock is refused
-    /// ([`Error::HeldByParent`]) instead of waiting for its own parent.
+    /// runs, contenders that judge by the beacon (this crate) stay out until the child exits
+    /// too; then the kernel proves the owner gone and the next contender reclaims it at once.
+    /// The child also finds the lock named in `DIRLOCK_HELD`, so that a nested acquisition of
+    /// the same lock is refused ([`Error::HeldByParent`]) instead of waiting for its own
+    /// parent.
     ///
-    /// The guard stays this process's: release it after the child has exited.
+    /// The record still names this process: a contender that judges by pid alone (the
+    /// reference implementation) finds the owner dead once this process is, and reclaims the
+    /// lock after its grace period even if the child still runs. A child that must never
+    /// outlive the holder should also be tied to it (`dirlock run` has the kernel kill its
+    /// command when it dies). The guard stays this process's: release it after the child has
+    /// exited.
     pub fn keep_alive_in(&self, cmd: &mut std::process::Command) {
         use std::os::fd::AsRawFd;
         crate::sys::keep_open_in_child(cmd, self.held().beacon.as_raw_fd());
@@ -166,7 +174,11 @@ impl LockGuard {
         if !held.is_empty() && !held.ends_with('\n') {
             held.push('\n');
         }
-        held.push_str(&format!("{} {}\n", self.acquirer, self.path.display()));
+        held.push_str(&crate::locks::held_line(
+            self.acquirer,
+            self.dir_id,
+            &self.held().name,
+        ));
         cmd.env(crate::locks::HELD_VAR, held);
     }
 

@@ -6,6 +6,7 @@ use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, GUARD_MARKER};
 use crate::protocol::{Seen, Space};
 use crate::sys::{Identity, System};
+use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -120,13 +121,45 @@ fn age<S: System>(sys: &S, t: SystemTime) -> Duration {
     sys.now().duration_since(t).unwrap_or(Duration::ZERO)
 }
 
-/// The status of lock `name`, given the lock directory's entries (listed once by the caller).
+/// The entries of a lock directory that belong to one lock, besides the lock itself.
+#[derive(Debug, Default)]
+pub(crate) struct Related {
+    candidates: Vec<String>,
+    tombstones: Vec<String>,
+}
+
+/// Groups a lock directory's listing by lock name (each entry classified once), sorted: the
+/// locks that have any entry (lock, candidate, tombstone, guard), with their leftovers.
+pub(crate) fn group(entries: &[String]) -> BTreeMap<String, Related> {
+    let mut locks: BTreeMap<String, Related> = BTreeMap::new();
+    for entry in entries {
+        match classify(entry) {
+            Entry::Lock(n) | Entry::Guard { lock: n } => {
+                locks.entry(n).or_default();
+            }
+            Entry::Candidate { lock, .. } => locks
+                .entry(lock)
+                .or_default()
+                .candidates
+                .push(entry.clone()),
+            Entry::Tombstone { lock } => locks
+                .entry(lock)
+                .or_default()
+                .tombstones
+                .push(entry.clone()),
+            Entry::Other => {}
+        }
+    }
+    locks
+}
+
+/// The status of lock `name`, given its related entries (see [`group`]).
 pub(crate) fn status<S: System>(
     sp: &Space<S>,
     name: &str,
     me: &Identity,
     grace: Duration,
-    entries: &[String],
+    related: &Related,
 ) -> Result<Status, Error> {
     let mut st = Status {
         path: sp.entry(name),
@@ -146,14 +179,26 @@ pub(crate) fn status<S: System>(
             st.state = State::Malformed { problem };
         }
         Seen::Owned { dir, meta, owner } => {
-            let Judgement { liveness, reason } = sp.judge(&dir, &owner, me);
+            let Judgement {
+                liveness,
+                mut reason,
+            } = sp.judge(&dir, &owner, me);
             st.state = match liveness {
                 Liveness::Live => State::Held,
                 Liveness::Unknown => State::Unknown,
                 Liveness::DeadByProof => State::DeadByProof,
-                Liveness::DeadByEvidence => State::DeadByEvidence {
-                    remaining: grace.saturating_sub(age(sp.sys, meta.mtime)),
-                },
+                Liveness::DeadByEvidence => {
+                    if sp.sys.now() < meta.mtime {
+                        reason.push_str(
+                            "; its modification time is in the future (a clock was set back): \
+                             its grace period counts from when a waiting acquisition first sees \
+                             it unchanged",
+                        );
+                    }
+                    State::DeadByEvidence {
+                        remaining: grace.saturating_sub(age(sp.sys, meta.mtime)),
+                    }
+                }
             };
             st.reason = Some(reason);
             st.since = Some(meta.mtime);
@@ -161,34 +206,29 @@ pub(crate) fn status<S: System>(
         }
     }
     st.guard = guard_state(sp, name)?;
-    for entry in entries {
-        match classify(entry) {
-            Entry::Candidate { lock, .. } if lock == name => {
-                let Ok(meta) = sp.sys.meta_at(sp.dir, entry) else {
-                    continue; // gone meanwhile
-                };
-                let creator_alive = sp
-                    .sys
-                    .open_dir_at(sp.dir, entry)
-                    .ok()
-                    .and_then(|d| sp.sys.try_lock(&d, false).ok())
-                    .map(|free| !free);
-                st.candidates.push(Leftover {
-                    name: entry.clone(),
-                    age: age(sp.sys, meta.mtime),
-                    creator_alive,
-                });
-            }
-            Entry::Tombstone { lock } if lock == name => {
-                if let Ok(meta) = sp.sys.meta_at(sp.dir, entry) {
-                    st.tombstones.push(Leftover {
-                        name: entry.clone(),
-                        age: age(sp.sys, meta.mtime),
-                        creator_alive: None,
-                    });
-                }
-            }
-            _ => {}
+    for entry in &related.candidates {
+        let Ok(meta) = sp.sys.meta_at(sp.dir, entry) else {
+            continue; // gone meanwhile
+        };
+        let creator_alive = sp
+            .sys
+            .open_dir_at(sp.dir, entry)
+            .ok()
+            .and_then(|d| sp.sys.try_lock(&d, false).ok())
+            .map(|free| !free);
+        st.candidates.push(Leftover {
+            name: entry.clone(),
+            age: age(sp.sys, meta.mtime),
+            creator_alive,
+        });
+    }
+    for entry in &related.tombstones {
+        if let Ok(meta) = sp.sys.meta_at(sp.dir, entry) {
+            st.tombstones.push(Leftover {
+                name: entry.clone(),
+                age: age(sp.sys, meta.mtime),
+                creator_alive: None,
+            });
         }
     }
     Ok(st)
@@ -213,22 +253,4 @@ fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error
         marked: sp.sys.meta_at(&guard, GUARD_MARKER).is_ok(),
         age: age(sp.sys, meta.mtime),
     })
-}
-
-/// The names of the locks that have any entry (lock, candidate, tombstone, guard) in a lock
-/// directory listing, sorted.
-pub(crate) fn lock_names(entries: &[String]) -> Vec<String> {
-    let mut names: Vec<String> = entries
-        .iter()
-        .filter_map(|e| match classify(e) {
-            Entry::Lock(n) => Some(n),
-            Entry::Candidate { lock, .. } | Entry::Tombstone { lock } | Entry::Guard { lock } => {
-                Some(lock)
-            }
-            Entry::Other => None,
-        })
-        .collect();
-    names.sort();
-    names.dedup();
-    names
 }

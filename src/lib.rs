@@ -55,7 +55,9 @@
 //! Taking a lock the *same thread* already holds fails at once with [`Error::AlreadyHeld`]
 //! (waiting would never end). Taking the global setup lock on a thread that holds a repository
 //! lock fails with [`Error::LockOrder`]: the order is setup first. Other threads contend like
-//! other processes do. A forked child that drops an inherited guard does nothing; the
+//! other processes do. These rules follow the thread that acquired the guard: a [`LockGuard`]
+//! is `Send`, and a move to another thread cannot be seen, so a moved guard keeps them with
+//! the acquiring thread (the closure helpers, whose guard never moves, are exact). A forked child that drops an inherited guard does nothing; the
 //! beacon is close-on-exec, so an `exec`'d program does not keep the lock alive, unless it
 //! was spawned through [`LockGuard::keep_alive_in`] (as `dirlock run` spawns its command).
 //!
@@ -77,10 +79,18 @@
 //!
 //! # Judging an owner
 //!
-//! The first rule that applies decides: another host: unknown; beacon recorded: dead by proof
-//! if its `flock` is free, else live; another boot: dead by evidence; another pid namespace:
-//! unknown; no such pid: dead by evidence; pid start time differs: dead by evidence (pid
-//! reused); otherwise live. A fact that cannot be read judges the owner live.
+//! The first rule that applies decides: another host on another kernel (its boot id is not
+//! ours): unknown; beacon recorded: dead by proof if its `flock` is free, else live; another
+//! boot: dead by evidence; another pid namespace: unknown; our own pid with a token this process
+//! never wrote: dead by evidence (the writer died and we got its pid); no such pid: dead by
+//! evidence; pid start time differs: dead by evidence (pid reused); otherwise live. A fact that
+//! cannot be read judges the owner live. The grace period counts from the lock directory's
+//! modification time, or, if that is in the future (a clock set back), from when a waiting
+//! acquisition first saw the lock unchanged.
+//!
+//! Everything read from disk is data: a token becomes part of a tombstone's name only when it
+//! is a safe name, an I/O error reading a record is an I/O error (never a "malformed" verdict),
+//! and text from a record is escaped in every message ([`text::escape`]).
 //!
 //! # Cost
 //!
@@ -110,6 +120,12 @@
 //!
 //! # Limits
 //!
+//! - The temporary directory, and every directory above it (or above a lock directory of your
+//!   own), must be writable only by this user or root, or be sticky: others could rename the
+//!   lock namespace away under a held lock ([`Error::Unsafe`] says which directory and why). A
+//!   relative `TMPDIR` is refused.
+//! - A repository lock is named by the repository's real path: a bind mount of it is another
+//!   lock.
 //! - Linux is the first-class platform. Other Unixes compile with fallbacks (plain rename
 //!   verified by inode, backoff instead of kernel wake-ups) and are not yet tested.
 //! - On network filesystems, `flock` may be unavailable or local to one client; owners there
@@ -132,6 +148,7 @@ mod reclaim;
 #[cfg(any(test, feature = "sim"))]
 mod sim;
 mod sys;
+pub mod text;
 
 pub use error::Error;
 pub use guard::LockGuard;
@@ -153,5 +170,8 @@ pub mod __sim {
 /// Process plumbing for the `dirlock` command (signal forwarding). Not a stable API.
 #[doc(hidden)]
 pub mod __cli {
-    pub use crate::sys::{block_forwarded_signals, forward_signals, unblock_forwarded_in_child};
+    pub use crate::sys::{
+        block_forwarded_signals, die_with_parent, on_signals, send_signal,
+        unblock_forwarded_in_child,
+    };
 }

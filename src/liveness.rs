@@ -5,14 +5,20 @@
 //!
 //! | # | rule | judgement |
 //! | --- | --- | --- |
-//! | 1 | host recorded and not ours | unknown |
+//! | 1 | host recorded and not ours, and boot id not recorded or not ours (another kernel) | unknown |
 //! | 2 | beacon recorded, and a shared `flock` on the lock directory is granted | dead by proof |
 //! | 2' | beacon recorded, and the `flock` is held (or cannot be probed) | live |
 //! | 3 | boot id recorded and not ours | dead by evidence |
 //! | 4 | pid namespace recorded and not ours (or ours unreadable) | unknown |
-//! | 5 | the kernel says there is no process with the pid | dead by evidence |
-//! | 6 | start time recorded and the pid's start time differs | dead by evidence |
-//! | 7 | otherwise (including any fact that cannot be read) | live |
+//! | 5 | the pid is this process's, and this process never wrote the token | dead by evidence |
+//! | 6 | the kernel says there is no process with the pid | dead by evidence |
+//! | 7 | start time recorded and the pid's start time differs | dead by evidence |
+//! | 8 | otherwise (including any fact that cannot be read) | live |
+//!
+//! Rule 1 is about another *kernel*: a record that carries our boot id was written on this
+//! kernel whatever host name it gives (a container's own UTS namespace, a host renamed since),
+//! so its beacon and pid facts mean what they say. Rule 5 sees through a pid that this very
+//! process now has: the record's writer died and the kernel gave its pid to us.
 
 use crate::owner::Owner;
 use crate::sys::Identity;
@@ -85,13 +91,16 @@ pub(crate) trait Probe {
     fn process_alive(&mut self, pid: u32) -> Option<bool>;
     /// The start time of the process with this pid.
     fn start_time(&mut self, pid: u32) -> Option<u64>;
+    /// Whether this process wrote `token` (it staged it and has not finished with it since).
+    fn wrote(&mut self, token: &str) -> bool;
 }
 
 /// Judges `owner` by the table in the module docs.
 pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Judgement {
     use Liveness::*;
     if let Some(host) = &owner.host {
-        if me.host.as_deref() != Some(host.as_str()) {
+        let this_kernel = owner.boot_id.is_some() && owner.boot_id == me.boot_id;
+        if me.host.as_deref() != Some(host.as_str()) && !this_kernel {
             return Judgement::new(Unknown, format!("it was taken on host {host:?}"));
         }
     }
@@ -115,6 +124,15 @@ pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Jud
             }
             None => return Judgement::new(Unknown, "this process cannot read its pid namespace"),
         }
+    }
+    if owner.pid == me.pid && !probe.wrote(&owner.token) {
+        return Judgement::new(
+            DeadByEvidence,
+            format!(
+                "pid {} is this process, which did not write this record (its writer died and the pid was reused)",
+                owner.pid
+            ),
+        );
     }
     match probe.process_alive(owner.pid) {
         Some(false) => {
@@ -149,6 +167,7 @@ mod tests {
         beacon_free: Option<bool>,
         alive: Option<bool>,
         start: Option<u64>,
+        wrote: bool,
         asked: Vec<&'static str>,
     }
 
@@ -164,6 +183,10 @@ mod tests {
         fn start_time(&mut self, _: u32) -> Option<u64> {
             self.asked.push("start");
             self.start
+        }
+        fn wrote(&mut self, _: &str) -> bool {
+            self.asked.push("wrote");
+            self.wrote
         }
     }
 
@@ -205,6 +228,7 @@ mod tests {
             beacon_free: b,
             alive: a,
             start: s,
+            wrote: false,
             asked: vec![],
         };
         #[allow(clippy::type_complexity)]
@@ -212,17 +236,63 @@ mod tests {
             // 1: another host wins over everything, even a free beacon.
             (
                 "1 other host",
-                with(|o| o.host = Some("there".into()), true),
+                with(
+                    |o| {
+                        o.host = Some("there".into());
+                        o.boot_id = Some("boot-B".into())
+                    },
+                    true,
+                ),
                 me(),
                 facts(Some(true), Some(false), None),
                 Unknown,
                 vec![],
             ),
             (
-                "1 our host unreadable",
+                "1 our host unreadable, another boot",
+                with(|o| o.boot_id = Some("boot-B".into()), true),
+                Identity { host: None, ..me() },
+                facts(Some(true), None, None),
+                Unknown,
+                vec![],
+            ),
+            (
+                "1 our host unreadable, our boot: this kernel",
                 full(true),
                 Identity { host: None, ..me() },
                 facts(Some(true), None, None),
+                DeadByProof,
+                vec!["beacon"],
+            ),
+            // 1 does not apply on this kernel: our boot id under another host name (a
+            // container's UTS namespace, a renamed host) is judged by its beacon and pid.
+            (
+                "1 other host, our boot, beacon free",
+                with(|o| o.host = Some("container".into()), true),
+                me(),
+                facts(Some(true), None, None),
+                DeadByProof,
+                vec!["beacon"],
+            ),
+            (
+                "1 other host, our boot, pid dead",
+                with(|o| o.host = Some("container".into()), false),
+                me(),
+                facts(None, Some(false), None),
+                DeadByEvidence,
+                vec!["kill"],
+            ),
+            (
+                "1 other host, no boot id",
+                with(
+                    |o| {
+                        o.host = Some("there".into());
+                        o.boot_id = None
+                    },
+                    true,
+                ),
+                me(),
+                facts(Some(true), Some(false), None),
                 Unknown,
                 vec![],
             ),
@@ -299,7 +369,24 @@ mod tests {
                 Unknown,
                 vec![],
             ),
-            // 5: no such process.
+            // 5: our own pid, a token we never wrote: a dead writer's pid reused by us.
+            (
+                "5 our pid, foreign token",
+                with(|o| o.pid = 1000, false),
+                me(),
+                facts(None, Some(true), Some(5)),
+                DeadByEvidence,
+                vec!["wrote"],
+            ),
+            (
+                "5 reference record, our pid",
+                Owner::new(1000, "t"),
+                me(),
+                facts(None, Some(true), None),
+                DeadByEvidence,
+                vec!["wrote"],
+            ),
+            // 6: no such process.
             (
                 "5 no process",
                 full(false),
@@ -316,7 +403,7 @@ mod tests {
                 Live,
                 vec!["kill"],
             ),
-            // 6: pid reused.
+            // 7: pid reused.
             (
                 "6 reused",
                 full(false),
@@ -333,7 +420,7 @@ mod tests {
                 Live,
                 vec!["kill", "start"],
             ),
-            // 7: live.
+            // 8: live.
             (
                 "7 same start",
                 full(false),

@@ -13,19 +13,76 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The environment variable that names the locks a process runs under: lines of
-/// `<holder pid> <lock path>`, set by [`LockGuard::keep_alive_in`] (and so by `dirlock run`).
+/// The environment variable that names the locks a process runs under, set by
+/// [`LockGuard::keep_alive_in`] (and so by `dirlock run`): one line per lock,
+/// `<holder pid> <dev>:<ino> <lock name>`, where `<dev>:<ino>` identifies the lock directory.
+/// Identities, not path text: the same lock spelled differently (relative, through a symlink,
+/// under a `TMPDIR` with a newline or a byte that is not UTF-8) is still recognised.
 pub const HELD_VAR: &str = "DIRLOCK_HELD";
 
-/// The holder pid that `DIRLOCK_HELD` names for `lock`, unless that is this process.
-fn held_by_parent(lock: &Path) -> Option<u32> {
+/// One `DIRLOCK_HELD` line.
+pub(crate) fn held_line(pid: u32, dir: FileId, name: &str) -> String {
+    format!("{pid} {}:{} {name}\n", dir.dev, dir.ino)
+}
+
+/// The holder pid that `DIRLOCK_HELD` names for lock `name` in the directory `dir`, unless
+/// that is this process.
+fn held_by_parent(dir: FileId, name: &str) -> Option<u32> {
     let var = std::env::var_os(HELD_VAR)?;
     let me = Real.pid();
     var.to_str()?.lines().find_map(|line| {
-        let (pid, path) = line.split_once(' ')?;
-        let pid: u32 = pid.parse().ok()?;
-        (Path::new(path) == lock && pid != me).then_some(pid)
+        let mut fields = line.split(' ');
+        let pid: u32 = fields.next()?.parse().ok()?;
+        let (dev, ino) = fields.next()?.split_once(':')?;
+        let id = FileId {
+            dev: dev.parse().ok()?,
+            ino: ino.parse().ok()?,
+        };
+        (id == dir && fields.next()? == name && pid != me).then_some(pid)
     })
+}
+
+/// Refuses a directory that someone else could rename away, with whatever is inside it (our
+/// lock namespace while a lock is held): one, or any directory above it, owned by a user other
+/// than us and root, or writable by its group or others without the sticky bit. OpenSSH holds
+/// the paths it trusts to the same rule. Both the path as given and its real path are checked.
+fn check_ancestors(dir: &Path, uid: u32, fix: &str) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(dir).ok();
+    let mut seen = std::collections::HashSet::new();
+    for p in dir
+        .ancestors()
+        .chain(real.iter().flat_map(|r| r.ancestors()))
+    {
+        if p.as_os_str().is_empty() || !seen.insert(p.to_owned()) {
+            continue;
+        }
+        let Ok(m) = std::fs::metadata(p) else {
+            continue; // missing: the open that follows says so
+        };
+        let unsafe_dir = |problem: String| Error::Unsafe {
+            path: p.to_owned(),
+            problem,
+            fix: fix.to_owned(),
+        };
+        if m.uid() != uid && m.uid() != 0 {
+            return Err(unsafe_dir(format!(
+                "it is owned by uid {}, who can rename what is inside it, lock directories included",
+                m.uid()
+            )));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            let who = if m.mode() & 0o002 != 0 {
+                "anyone"
+            } else {
+                "its group"
+            };
+            return Err(unsafe_dir(format!(
+                "{who} may write it and it has no sticky bit, so {who} can rename a lock directory inside it away while a lock is held"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A lock directory: the place where a family of locks lives.
@@ -111,6 +168,11 @@ fn open_private(
 fn open_origin(origin: &Origin, uid: u32) -> Result<(OwnedFd, PathBuf), Error> {
     match origin {
         Origin::App { temp, app } => {
+            check_ancestors(
+                temp,
+                uid,
+                "point TMPDIR at a directory that only you (or root) can write, such as $XDG_RUNTIME_DIR",
+            )?;
             let tmp = Real
                 .open_dir_path(temp)
                 .map_err(|e| Error::io("open the temporary directory", temp, e))?;
@@ -137,6 +199,11 @@ fn open_origin(origin: &Origin, uid: u32) -> Result<(OwnedFd, PathBuf), Error> {
                     })
                 }
             };
+            check_ancestors(
+                parent,
+                uid,
+                "choose a lock directory whose parents only you (or root) can write",
+            )?;
             let p = Real
                 .open_dir_path(parent)
                 .map_err(|e| Error::io("open the parent of the lock directory", parent, e))?;
@@ -165,8 +232,17 @@ impl Locks {
             what: format!("application name {app:?}"),
             problem: p.into(),
         })?;
+        let (var, temp) = paths::temp_source();
+        if !temp.is_absolute() {
+            return Err(Error::InvalidInput {
+                what: format!("temporary directory {var}={}", crate::text::path(&temp)),
+                problem: format!(
+                    "it is a relative path, so the lock namespace would depend on the working directory and processes working in different directories would both get the same lock; set {var} to an absolute path"
+                ),
+            });
+        }
         Locks::open(Origin::App {
-            temp: paths::temp_dir(),
+            temp,
             app: app.to_owned(),
         })
     }
@@ -186,7 +262,12 @@ impl Locks {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn in_dir(path: impl AsRef<Path>) -> Result<Locks, Error> {
-        Locks::open(Origin::Dir(path.as_ref().to_owned()))
+        // Relative to the working directory now, once: messages and re-opening after a temp
+        // cleaner then name the same directory.
+        let path = path.as_ref();
+        let path = std::path::absolute(path)
+            .map_err(|e| Error::io("resolve the lock directory", path, e))?;
+        Locks::open(Origin::Dir(path))
     }
 
     fn open(origin: Origin) -> Result<Locks, Error> {
@@ -215,10 +296,8 @@ impl Locks {
     /// empty directory; a lock in a removed directory would exclude no one).
     fn current(&self) -> Result<(Arc<OwnedFd>, FileId), Error> {
         let mut slot = self.inner.dir.lock().unwrap_or_else(|e| e.into_inner());
-        match Real.meta(&slot.0) {
-            Ok(m) if m.nlink > 0 => return Ok((slot.0.clone(), slot.1)),
-            Ok(_) => {}
-            Err(e) => return Err(Error::io("inspect the lock directory", &self.inner.path, e)),
+        if !Real.unlinked(&slot.0) {
+            return Ok((slot.0.clone(), slot.1));
         }
         let (dir, _) = open_origin(&self.inner.origin, self.inner.uid)?;
         let id = Real
@@ -268,9 +347,9 @@ impl Locks {
             .list(&dir)
             .map_err(|e| Error::io("list the lock directory", &self.inner.path, e))?;
         let me = Real.identity();
-        inspect::lock_names(&entries)
+        inspect::group(&entries)
             .iter()
-            .map(|name| inspect::status(&sp, name, &me, crate::DEFAULT_GRACE, &entries))
+            .map(|(name, related)| inspect::status(&sp, name, &me, crate::DEFAULT_GRACE, related))
             .collect()
     }
 
@@ -492,32 +571,43 @@ impl<'l> LockRequest<'l> {
         let (name, resource, family) = self.resolve()?;
         let inner = &self.locks.inner;
         let lock_path = inner.path.join(&name);
-        let (dir, dir_id) = self.locks.current()?;
-        check_order(dir_id, &name, family, &lock_path, &resource)?;
+        let started = Real.monotonic();
         let me = Real.identity();
-        let sp = self.locks.space(&dir);
-        if let Some(pid) = held_by_parent(&lock_path) {
-            // Our parent said it runs us under this lock: if it still holds it, waiting would
-            // wait for ourselves.
-            if let Seen::Owned { owner, .. } = sp.observe(&name)? {
-                if owner.pid == pid {
-                    return Err(Error::HeldByParent {
-                        lock: lock_path,
-                        resource,
-                        pid,
-                    });
+        let mut used = None;
+        let held = protocol::in_current_dir(
+            &Real,
+            || self.locks.current(),
+            |(dir, _)| dir,
+            |(dir, dir_id)| {
+                used = Some((dir.clone(), *dir_id));
+                check_order(*dir_id, &name, family, &lock_path, &resource)?;
+                let sp = self.locks.space(dir);
+                if let Some(pid) = held_by_parent(*dir_id, &name) {
+                    // Our parent said it runs us under this lock: if it still holds it,
+                    // waiting would wait for ourselves.
+                    if let Seen::Owned { owner, .. } = sp.observe(&name)? {
+                        if owner.pid == pid {
+                            return Err(Error::HeldByParent {
+                                lock: lock_path.clone(),
+                                resource: resource.clone(),
+                                pid,
+                            });
+                        }
+                    }
                 }
-            }
-        }
-        let req = Request {
-            name: &name,
-            resource: &resource,
-            options: &self.options,
-        };
-        let held = protocol::acquire(&sp, &req, &me)?;
+                let req = Request {
+                    name: &name,
+                    resource: &resource,
+                    options: &self.options,
+                    started,
+                };
+                protocol::acquire(&sp, &req, &me)
+            },
+        )?;
+        let (dir, dir_id) = used.expect("an acquisition ran in some directory");
         Ok(LockGuard::new(
             held,
-            dir.clone(),
+            dir,
             dir_id,
             &inner.path,
             inner.uid,
@@ -537,12 +627,13 @@ impl<'l> LockRequest<'l> {
         let entries = Real
             .list(&dir)
             .map_err(|e| Error::io("list the lock directory", self.locks.dir(), e))?;
+        let related = inspect::group(&entries).remove(&name).unwrap_or_default();
         inspect::status(
             &self.locks.space(&dir),
             &name,
             &Real.identity(),
             self.options.grace,
-            &entries,
+            &related,
         )
     }
 
@@ -590,5 +681,31 @@ impl<'l> LockRequest<'l> {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `status --all` was quadratic (4 s for 8,000 leftovers): every lock's status scanned the
+    /// whole listing. Each entry is now classified once, whatever the number of locks.
+    #[test]
+    fn statuses_classify_each_entry_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let locks = Locks::in_dir(tmp.path().join("locks")).unwrap();
+        let n = 300;
+        for i in 0..n {
+            std::fs::create_dir(locks.dir().join(format!("l{i}.lock.tombstone.t"))).unwrap();
+        }
+        crate::paths::CLASSIFIED.with(|c| c.set(0));
+        let statuses = locks.statuses().unwrap();
+        let classified = crate::paths::CLASSIFIED.with(|c| c.get());
+        assert_eq!(statuses.len(), n);
+        assert!(statuses.iter().all(|s| s.tombstones.len() == 1));
+        assert!(
+            classified <= 2 * n,
+            "{classified} classifications for {n} entries"
+        );
     }
 }

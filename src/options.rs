@@ -141,6 +141,45 @@ impl Backoff {
     }
 }
 
+/// How long things have sat unchanged, as this process observed them. A directory's age is
+/// the wall clock's `now - mtime`, but never less than how long this process has watched it
+/// unchanged on the monotonic clock: a modification time in the future (a clock set back, a
+/// restored backup) then counts from the moment it was first seen, instead of stalling the
+/// grace period until the wall clock catches up.
+#[derive(Debug, Default)]
+pub(crate) struct Ages {
+    /// `(identity, mtime, first seen on the monotonic clock)`, most recent last.
+    seen: Vec<(crate::sys::FileId, std::time::SystemTime, Duration)>,
+}
+
+impl Ages {
+    /// The age of the directory `id` with modification time `mtime`, and whether that time is
+    /// in the future.
+    pub fn age<S: crate::sys::System>(
+        &mut self,
+        sys: &S,
+        id: crate::sys::FileId,
+        mtime: std::time::SystemTime,
+    ) -> (Duration, bool) {
+        let mono = sys.monotonic();
+        let first = match self.seen.iter().find(|s| s.0 == id && s.1 == mtime) {
+            Some(s) => s.2,
+            None => {
+                if self.seen.len() >= 8 {
+                    self.seen.remove(0);
+                }
+                self.seen.push((id, mtime, mono));
+                mono
+            }
+        };
+        let observed = mono.saturating_sub(first);
+        match sys.now().duration_since(mtime) {
+            Ok(wall) => (wall.max(observed), false),
+            Err(_) => (observed, true),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

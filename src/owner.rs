@@ -124,6 +124,21 @@ impl Owner {
     }
 }
 
+/// `pid 42 on host h (purpose: sync)`: the one way an owner is put into words. The host and
+/// purpose come from disk, so control characters in them are escaped.
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {}", self.pid)?;
+        if let Some(h) = &self.host {
+            write!(f, " on host {}", crate::text::escape(h))?;
+        }
+        if let Some(p) = &self.purpose {
+            write!(f, " (purpose: {})", crate::text::escape(p))?;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,16 +52,21 @@ pub fn global_setup_lock_name(home: &Path) -> String {
 /// `TMPDIR`, else `TMP`, else `TEMP`, else `/tmp`, without a trailing slash. Matching it byte
 /// for byte is what makes our lock paths the reference's.
 pub fn temp_dir() -> PathBuf {
-    let var = ["TMPDIR", "TMP", "TEMP"]
-        .iter()
-        .filter_map(std::env::var_os)
-        .find(|v| !v.is_empty())
-        .unwrap_or_else(|| OsString::from("/tmp"));
+    temp_source().1
+}
+
+/// [`temp_dir`] and the variable it came from (`"/tmp"` when none is set).
+pub(crate) fn temp_source() -> (&'static str, PathBuf) {
+    let (name, var) = ["TMPDIR", "TMP", "TEMP"]
+        .into_iter()
+        .filter_map(|n| std::env::var_os(n).map(|v| (n, v)))
+        .find(|(_, v)| !v.is_empty())
+        .unwrap_or(("/tmp", OsString::from("/tmp")));
     let mut bytes = var.as_bytes();
     while bytes.len() > 1 && bytes.ends_with(b"/") {
         bytes = &bytes[..bytes.len() - 1];
     }
-    PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+    (name, PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
 }
 
 /// The per-user base directory name for application `app`: `<app>-<uid>`.
@@ -124,6 +129,26 @@ pub(crate) fn tombstone_name(lock: &str, id: &str) -> String {
     format!("{lock}{TOMBSTONE}{id}")
 }
 
+/// Whether a token read from disk may become part of a name: 1 to 36 ASCII letters, digits,
+/// `-` or `_` (a UUID is 36). Anything else (a `/`, `..`, a NUL, 300 characters) never
+/// reaches a path.
+pub(crate) fn safe_token(token: &str) -> bool {
+    (1..=36).contains(&token.len())
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The tombstone to retire lock (or candidate) `lock` to, named by `token` when that is a safe
+/// name (unique: a token is published once), else by `fresh` (a new random token).
+pub(crate) fn tombstone_for(lock: &str, token: &str, fresh: impl FnOnce() -> String) -> String {
+    if safe_token(token) {
+        tombstone_name(lock, token)
+    } else {
+        tombstone_name(lock, &fresh())
+    }
+}
+
 /// `NAME.reclaim`.
 pub(crate) fn guard_name(lock: &str) -> String {
     format!("{lock}{RECLAIM}")
@@ -155,8 +180,16 @@ pub enum Entry {
     Other,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// How many entries this thread classified (a test of `status --all`'s linearity).
+    pub(crate) static CLASSIFIED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// Classifies a lock-directory entry by its name.
 pub fn classify(entry: &str) -> Entry {
+    #[cfg(test)]
+    CLASSIFIED.with(|c| c.set(c.get() + 1));
     if let Some(i) = entry.find(TOMBSTONE) {
         return Entry::Tombstone {
             lock: entry[..i].to_owned(),
@@ -240,6 +273,17 @@ mod tests {
             assert!(check_lock_name(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(check_lock_name(&format!("{}.lock", "a".repeat(156))).is_err());
+    }
+
+    #[test]
+    fn only_safe_tokens_become_names() {
+        assert!(safe_token("8a1c0f2e-1b7e-4a57-9a43-2b6d7c2b9f10"));
+        assert!(safe_token("tok-1-2"));
+        for bad in ["", "a/b", "..", ".", "a\0b", "x.y", &"x".repeat(37)] {
+            assert!(!safe_token(bad), "{bad:?} was accepted");
+            let tomb = tombstone_for("x.lock", bad, || "fresh".into());
+            assert_eq!(tomb, "x.lock.tombstone.fresh");
+        }
     }
 
     #[test]

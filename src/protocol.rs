@@ -4,13 +4,13 @@
 
 use crate::error::Error;
 use crate::liveness::{judge, Judgement, Liveness, Probe};
-use crate::options::{Backoff, Options, Wait};
+use crate::options::{Ages, Backoff, Options, Wait};
 use crate::owner::Owner;
 use crate::paths::{
-    candidate_name, classify, guard_name, tombstone_name, Entry, OWNER_FILE, OWNER_LIMIT,
+    candidate_name, classify, guard_name, tombstone_for, Entry, OWNER_FILE, OWNER_LIMIT,
 };
 use crate::reclaim::{reclaim, Expect, Reclaim};
-use crate::sys::{is, Errno, FileId, Identity, Kind, Meta, System, Wake};
+use crate::sys::{is, Errno, FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -18,6 +18,18 @@ use std::time::Duration;
 /// How often a fail-fast acquisition republishes after the holder vanished under it before it
 /// reports the lock as held (each round means some other process took and released it).
 const MAX_FAIL_FAST_ROUNDS: u32 = 64;
+
+/// How many times in a row an acquisition stages again after its candidate vanished (a sweep
+/// or a temp cleaner removed it) before it gives up.
+const MAX_RESTAGES: u32 = 32;
+
+/// Rounds in a row without a wait (the holder vanished, a reclaim found the lock changed)
+/// after which a contender pauses (bounded backoff) before it looks again.
+const SPIN_ROUNDS: u32 = 8;
+
+/// How many times a `flock` that an observer holds for an instant (status and sweep peek with
+/// a shared one) is retried, with backoff, before it counts as held by someone.
+pub(crate) const PEEK_RETRIES: u32 = 20;
 
 /// A lock directory `D`: its handle, its path (for messages) and the user it belongs to.
 pub(crate) struct Space<'a, S: System> {
@@ -32,6 +44,9 @@ pub(crate) struct Request<'a> {
     pub name: &'a str,
     pub resource: &'a str,
     pub options: &'a Options,
+    /// When the acquisition started, on the monotonic clock (its deadline counts from here,
+    /// also across a re-opened lock directory).
+    pub started: Duration,
 }
 
 /// A lock this process holds.
@@ -58,6 +73,9 @@ struct Staged<S: System> {
     owner: Owner,
     staged_at: Duration,
     last_seen: Option<S::Dir>,
+    /// The watch of the last wait, dropped once the publish is done (removing it costs time
+    /// that a handoff should not pay).
+    last_watch: Option<S::Watch>,
 }
 
 /// What is at `NAME` right now (short-lived: its size does not matter).
@@ -73,6 +91,15 @@ pub(crate) enum Seen<S: System> {
         meta: Meta,
         owner: Owner,
     },
+}
+
+/// Why an owner record could not be used.
+pub(crate) enum Unreadable {
+    /// It was read (or looked at) and is not a valid, private record: never trusted, never
+    /// removed automatically.
+    Malformed(String),
+    /// It could not be read (out of descriptors, EIO...): an I/O error, never a judgement.
+    Io(io::Error),
 }
 
 impl<S: System> Space<'_, S> {
@@ -101,8 +128,15 @@ impl<S: System> Space<'_, S> {
         None
     }
 
+    /// Whether the lock directory itself was removed (a temp cleaner, `rm -rf`): nothing can
+    /// be staged in it any more, and the caller opens (re-creates) it again.
+    pub fn removed(&self) -> bool {
+        self.sys.unlinked(self.dir)
+    }
+
     /// Reads and checks `NAME` through one directory handle, so that the record, the mtime and
-    /// the beacon all belong to the same directory.
+    /// the beacon all belong to the same directory. A lock that vanishes while it is looked at
+    /// is `Gone` (ordinary contention), on every path.
     pub fn observe(&self, name: &str) -> Result<Seen<S>, Error> {
         let dir = match self.sys.open_dir_at(self.dir, name) {
             Ok(dir) => dir,
@@ -131,59 +165,71 @@ impl<S: System> Space<'_, S> {
             }
             Err(e) => return Err(self.io("open the lock", name, e)),
         };
-        let meta = self
-            .sys
-            .meta(&dir)
-            .map_err(|e| self.io("inspect the lock", name, e))?;
+        let meta = match self.sys.meta(&dir) {
+            Ok(m) => m,
+            // Some FUSE filesystems answer fstat of a moved directory with ENOENT.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Seen::Gone),
+            Err(e) => return Err(self.io("inspect the lock", name, e)),
+        };
         let problem = match self.private_problem(&meta, "the lock directory") {
-            Some(p) => Some(p),
+            Some(p) => Unreadable::Malformed(p),
             None => match self.read_owner(&dir) {
                 Ok(owner) => return Ok(Seen::Owned { dir, meta, owner }),
-                Err(p) => Some(p),
+                Err(u) => u,
             },
         };
-        // A record we cannot read counts as malformed only if NAME still names the directory
-        // we looked into; otherwise the holder released (or someone reclaimed) meanwhile.
+        // A record we cannot read counts against the lock only if NAME still names the
+        // directory we looked into; otherwise the holder released (or someone reclaimed)
+        // meanwhile.
         match self.sys.meta_at(self.dir, name) {
-            Ok(now) if now.id == meta.id => Ok(Seen::Malformed(problem.unwrap_or_default())),
+            Ok(now) if now.id == meta.id => match problem {
+                Unreadable::Malformed(p) => Ok(Seen::Malformed(p)),
+                Unreadable::Io(e) => Err(self.io("read the owner record of", name, e)),
+            },
             Ok(_) => Ok(Seen::Gone),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
             Err(e) => Err(self.io("inspect the lock", name, e)),
         }
     }
 
-    /// Reads `owner.json` in an open lock (or candidate) directory; `Err` says what is wrong.
-    pub fn read_owner(&self, dir: &S::Dir) -> Result<Owner, String> {
+    /// Reads `owner.json` in an open lock (or candidate) directory.
+    pub fn read_owner(&self, dir: &S::Dir) -> Result<Owner, Unreadable> {
+        let malformed = |p: String| Err(Unreadable::Malformed(p));
         let (meta, bytes) = match self.sys.read_file_at(dir, OWNER_FILE, OWNER_LIMIT) {
             Ok(read) => read,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(format!("it has no {OWNER_FILE}"))
+                return malformed(format!("it has no {OWNER_FILE}"))
             }
             Err(e) if is(&e, Errno::Loop) => {
-                return Err(format!("its {OWNER_FILE} is a symbolic link"))
+                return malformed(format!("its {OWNER_FILE} is a symbolic link"))
             }
             Err(e) => {
-                // Say what it is when that explains the failure (a socket cannot be opened).
-                return Err(match self.sys.meta_at(dir, OWNER_FILE) {
+                // Say what it is when that explains the failure (a socket cannot be opened);
+                // a private regular file that cannot be read is an I/O error (EMFILE, EIO).
+                return match self.sys.meta_at(dir, OWNER_FILE) {
                     Ok(m) if m.kind != Kind::File => {
-                        format!("its {OWNER_FILE} is a {}", kind_name(m.kind))
+                        malformed(format!("its {OWNER_FILE} is a {}", kind_name(m.kind)))
                     }
-                    _ => format!("its {OWNER_FILE} cannot be read: {e}"),
-                });
+                    Ok(m) => match self.private_problem(&m, OWNER_FILE) {
+                        Some(p) => malformed(p),
+                        None => Err(Unreadable::Io(e)),
+                    },
+                    Err(_) => Err(Unreadable::Io(e)),
+                };
             }
         };
         if meta.kind != Kind::File {
-            return Err(format!("its {OWNER_FILE} is a {}", kind_name(meta.kind)));
+            return malformed(format!("its {OWNER_FILE} is a {}", kind_name(meta.kind)));
         }
         if let Some(p) = self.private_problem(&meta, OWNER_FILE) {
-            return Err(p);
+            return malformed(p);
         }
         if bytes.len() > OWNER_LIMIT {
-            return Err(format!(
+            return malformed(format!(
                 "its {OWNER_FILE} is larger than {OWNER_LIMIT} bytes"
             ));
         }
-        Owner::parse(&bytes)
+        Owner::parse(&bytes).map_err(Unreadable::Malformed)
     }
 
     /// Judges the owner of an observed lock.
@@ -209,6 +255,9 @@ impl<S: System> Probe for LiveProbe<'_, S> {
     fn start_time(&mut self, pid: u32) -> Option<u64> {
         self.sys.start_time(pid)
     }
+    fn wrote(&mut self, token: &str) -> bool {
+        self.sys.wrote(token)
+    }
 }
 
 fn is_not_dir(e: &io::Error) -> bool {
@@ -223,6 +272,11 @@ pub(crate) fn kind_name(kind: Kind) -> &'static str {
         Kind::Symlink => "symbolic link",
         Kind::Other => "FIFO, socket or device",
     }
+}
+
+/// Whether `e` is a "no such file" from an operation on a lock directory entry.
+fn not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
 }
 
 /// The record we write for a new acquisition.
@@ -250,16 +304,40 @@ fn new_record<S: System>(
 }
 
 /// Stage: make `NAME.candidate.<token>` (mode exactly 0700), take its beacon, write and sync
-/// its record. On failure nothing is left behind.
+/// its record. On failure nothing is left behind. A candidate that vanishes while it is made
+/// (a sweep or a temp cleaner removed it) is staged again under a fresh token: no observer
+/// makes an acquisition fail.
 fn stage<S: System>(sp: &Space<S>, req: &Request, me: &Identity) -> Result<Staged<S>, Error> {
-    let token = sp.sys.token();
+    let mut vanished = 0;
+    loop {
+        let token = sp.sys.token();
+        sp.sys.own_token(&token, true);
+        match stage_once(sp, req, me, token.clone()) {
+            Ok(c) => return Ok(c),
+            Err(e) => {
+                sp.sys.own_token(&token, false);
+                if !(not_found(&e) && !sp.removed() && vanished < MAX_RESTAGES) {
+                    return Err(e);
+                }
+                vanished += 1;
+            }
+        }
+    }
+}
+
+fn stage_once<S: System>(
+    sp: &Space<S>,
+    req: &Request,
+    me: &Identity,
+    token: String,
+) -> Result<Staged<S>, Error> {
     // Size the record before touching the disk (the purpose may be too long).
-    let mut owner = new_record(sp.sys, me, token.clone(), true, req.options);
+    let mut owner = new_record(sp.sys, me, token, true, req.options);
     owner.to_bytes().map_err(|problem| Error::InvalidInput {
         what: "purpose".into(),
         problem,
     })?;
-    let name = candidate_name(req.name, &token);
+    let name = candidate_name(req.name, &owner.token);
     let fresh = make_candidate(sp, &name)?;
     owner.beacon = Some(fresh.flocked);
     let written = write_record(
@@ -281,7 +359,29 @@ fn stage<S: System>(sp: &Space<S>, req: &Request, me: &Identity) -> Result<Stage
         owner,
         staged_at: sp.sys.monotonic(),
         last_seen: None,
+        last_watch: None,
     })
+}
+
+/// Drops a candidate we staged: removes it and forgets its token.
+fn unstage<S: System>(sp: &Space<S>, c: Staged<S>) {
+    drop(c.dir);
+    remove_tree(sp.sys, sp.dir, &c.name);
+    sp.sys.own_token(&c.owner.token, false);
+}
+
+/// Stages again after our candidate vanished, keeping what the old one knew of the holder.
+fn restage<S: System>(
+    sp: &Space<S>,
+    req: &Request,
+    me: &Identity,
+    c: &mut Staged<S>,
+) -> Result<(), Error> {
+    let mut fresh = stage(sp, req, me)?;
+    fresh.last_seen = c.last_seen.take();
+    let old = std::mem::replace(c, fresh);
+    unstage(sp, old);
+    Ok(())
 }
 
 /// A candidate directory just made by [`make_candidate`].
@@ -317,23 +417,7 @@ pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fre
                 .set_mode(&dir, 0o700)
                 .map_err(|e| sp.io("set the mode of the candidate directory", name, e))?;
         }
-        // A fresh candidate's lock is free: nobody looks at one this young.
-        let flocked = match sp.sys.try_lock(&dir, true) {
-            Ok(true) => true,
-            Ok(false) => {
-                return Err(sp.io(
-                    "lock the fresh candidate directory",
-                    name,
-                    io::Error::new(
-                        io::ErrorKind::WouldBlock,
-                        "another process holds a lock on it",
-                    ),
-                ))
-            }
-            // Some NFS and FUSE mounts have no flock: the lock works, judged by pid evidence.
-            Err(e) if is(&e, Errno::LockUnsupported) => false,
-            Err(e) => return Err(sp.io("lock the candidate directory", name, e)),
-        };
+        let flocked = lock_fresh(sp, &dir, name)?;
         Ok(Fresh {
             dir,
             meta,
@@ -345,6 +429,35 @@ pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fre
         remove_tree(sp.sys, sp.dir, name);
     }
     result
+}
+
+/// Takes the exclusive `flock` of a directory we just made. Nobody contends for it, but an
+/// observer (status, sweep) may be peeking at it with a shared one for an instant: retried.
+/// `Ok(false)` where the filesystem has no `flock` (the lock then works, judged by pid).
+pub(crate) fn lock_fresh<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    name: &str,
+) -> Result<bool, Error> {
+    let mut pause = Backoff::new(Duration::from_micros(100), Duration::from_millis(10));
+    for _ in 0..PEEK_RETRIES {
+        match sp.sys.try_lock(dir, true) {
+            Ok(true) => return Ok(true),
+            Ok(false) => {
+                let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
+            }
+            Err(e) if is(&e, Errno::LockUnsupported) => return Ok(false),
+            Err(e) => return Err(sp.io("lock the candidate directory", name, e)),
+        }
+    }
+    Err(sp.io(
+        "lock the fresh candidate directory",
+        name,
+        io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "another process keeps a lock on it",
+        ),
+    ))
 }
 
 fn write_record<S: System>(
@@ -398,19 +511,24 @@ fn refresh<S: System>(
 enum Publish {
     Won,
     Contended,
+    /// Our candidate is gone (a sweep or a cleaner removed it): stage again.
+    Vanished,
 }
 
 fn publish<S: System>(sp: &Space<S>, c: &Staged<S>, name: &str) -> Result<Publish, Error> {
     match sp.sys.rename_noreplace(sp.dir, &c.name, name) {
         // RENAME_NOREPLACE succeeding is the proof. The plain-rename fallback (filesystems
         // that refuse the flag) is verified: NAME must now be our very directory.
-        Ok(()) if !sp.sys.rename_is_plain() => Ok(Publish::Won),
-        Ok(()) => match sp.sys.meta_at(sp.dir, name) {
+        Ok(Renamed::Exclusive) => Ok(Publish::Won),
+        Ok(Renamed::Plain) => match sp.sys.meta_at(sp.dir, name) {
             Ok(m) if m.id == c.id => Ok(Publish::Won),
             Ok(_) => Ok(Publish::Contended),
+            // Moved on already: judged again from the top like any vanished lock.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Publish::Contended),
             Err(e) => Err(sp.io("check the published lock", name, e)),
         },
         Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Contended),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !sp.removed() => Ok(Publish::Vanished),
         Err(e) => {
             // A network filesystem may report an error for a rename that happened.
             match sp.sys.meta_at(sp.dir, name) {
@@ -418,15 +536,6 @@ fn publish<S: System>(sp: &Space<S>, c: &Staged<S>, name: &str) -> Result<Publis
                 _ => Err(sp.io("publish the lock", name, e)),
             }
         }
-    }
-}
-
-/// The deadline of a wait, on the monotonic clock (`None`: forever; `Some(now)`: fail fast).
-fn deadline<S: System>(sys: &S, wait: Wait) -> Option<Duration> {
-    match wait {
-        Wait::Immediately => Some(sys.monotonic()),
-        Wait::Forever => None,
-        Wait::Timeout(d) => Some(sys.monotonic().saturating_add(d)),
     }
 }
 
@@ -438,83 +547,318 @@ pub(crate) fn acquire<S: System>(
     me: &Identity,
 ) -> Result<Held<S>, Error> {
     let mut c = stage(sp, req, me)?;
-    let result = contend(sp, req, me, &mut c);
-    match result {
-        Ok(reclaimed_from) => Ok(Held {
-            name: req.name.to_owned(),
-            owner: c.owner,
-            beacon: c.dir,
-            id: c.id,
-            reclaimed_from,
-            last_seen: c.last_seen,
-        }),
+    match contend(sp, req, me, &mut c) {
+        Ok(reclaimed_from) => {
+            drop(c.last_watch);
+            Ok(Held {
+                name: req.name.to_owned(),
+                owner: c.owner,
+                beacon: c.dir,
+                id: c.id,
+                reclaimed_from,
+                last_seen: c.last_seen,
+            })
+        }
         Err(e) => {
-            drop(c.dir);
-            remove_tree(sp.sys, sp.dir, &c.name);
+            unstage(sp, c);
             Err(e)
         }
     }
 }
 
+/// Runs `attempt` in the lock directory `open` gives (`dir` finds the handle in it), and once
+/// more in a fresh one each time the directory was removed under it (a temp cleaner, `rm -rf`):
+/// a lock in a removed directory would exclude no one, and a waiter should go on in the new
+/// one, not fail.
+pub(crate) fn in_current_dir<S: System, D, T>(
+    sys: &S,
+    mut open: impl FnMut() -> Result<D, Error>,
+    dir: impl Fn(&D) -> &S::Dir,
+    mut attempt: impl FnMut(&D) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut left = MAX_RESTAGES;
+    loop {
+        let d = open()?;
+        match attempt(&d) {
+            Err(e) if left > 0 && not_found(&e) && sys.unlinked(dir(&d)) => {
+                left -= 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The evidence a wait for a live holder watches, besides the lock directory itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Evidence {
+    /// The holder's beacon `flock`.
+    Beacon,
+    /// The holder's pid (a pid-judged holder: no beacon).
+    Pid(u32),
+    /// Nothing but the directory (an owner that cannot be judged from here, or a dead one
+    /// waited out for the grace period).
+    Nothing,
+}
+
+/// One acquisition's contest for `NAME`: its deadline, what it has seen, and how it gives up.
+struct Contest<'r, 'a, S: System> {
+    sp: &'r Space<'a, S>,
+    req: &'r Request<'r>,
+    deadline: Option<Duration>,
+    fail_fast: bool,
+    /// Publishes lost so far.
+    rounds: u32,
+    /// Rounds in a row that did not wait.
+    idle: u32,
+    last_owner: Option<Owner>,
+    told: bool,
+    backoff: Backoff,
+    ages: Ages,
+}
+
+impl<'r, 'a, S: System> Contest<'r, 'a, S> {
+    fn new(sp: &'r Space<'a, S>, req: &'r Request<'r>) -> Self {
+        let wait = req.options.wait;
+        Contest {
+            sp,
+            req,
+            deadline: match wait {
+                Wait::Immediately => Some(req.started),
+                Wait::Forever => None,
+                Wait::Timeout(d) => Some(req.started.saturating_add(d)),
+            },
+            fail_fast: wait == Wait::Immediately,
+            rounds: 0,
+            idle: 0,
+            last_owner: None,
+            told: false,
+            backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(100)),
+            ages: Ages::default(),
+        }
+    }
+
+    fn cancel(&self) -> Option<&'r crate::sys::CancelHandle> {
+        self.req.options.cancel.as_ref().map(|c| &*c.0)
+    }
+
+    fn cancelled(&self) -> Error {
+        Error::Cancelled {
+            lock: self.sp.entry(self.req.name),
+            resource: self.req.resource.to_owned(),
+        }
+    }
+
+    fn left(&self) -> Option<Duration> {
+        let now = self.sp.sys.monotonic();
+        self.deadline.map(|d| d.saturating_sub(now))
+    }
+
+    fn expired(&self) -> bool {
+        self.left() == Some(Duration::ZERO)
+    }
+
+    fn timeout(&self) -> Error {
+        Error::Timeout {
+            lock: self.sp.entry(self.req.name),
+            resource: self.req.resource.to_owned(),
+            waited: self.sp.sys.monotonic().saturating_sub(self.req.started),
+            owner: self.last_owner.clone().map(Box::new),
+        }
+    }
+
+    /// The error for a deadline that has passed: `contended` when failing fast, else a
+    /// timeout.
+    fn give_up(&self, contended: impl FnOnce() -> Error) -> Error {
+        if self.fail_fast {
+            contended()
+        } else {
+            self.timeout()
+        }
+    }
+
+    /// Tells the caller's `on_wait` (once) who it waits for.
+    fn tell(&mut self, owner: &Owner, judgement: &Judgement, since: std::time::SystemTime) {
+        if let (false, Some(f)) = (self.told, &self.req.options.on_wait) {
+            self.told = true;
+            f(&crate::options::Waiting {
+                lock: self.sp.entry(self.req.name),
+                owner: owner.clone(),
+                judgement: judgement.clone(),
+                since,
+            });
+        }
+    }
+
+    /// A round that did not wait (the holder vanished, a reclaim found the lock changed): a
+    /// fail-fast acquisition gives up after a bound, and a run of them pauses with backoff.
+    fn idle_round(&mut self) -> Result<(), Error> {
+        self.idle += 1;
+        if self.fail_fast && self.rounds > MAX_FAIL_FAST_ROUNDS {
+            return Err(self.timeout());
+        }
+        if self.idle >= SPIN_ROUNDS {
+            self.pause()?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps one backoff pause (never past the deadline), unless cancelled.
+    fn pause(&mut self) -> Result<(), Error> {
+        let pause = self.backoff.next_pause();
+        let pause = match self.left() {
+            Some(l) if !self.fail_fast => l.min(pause),
+            _ => pause,
+        };
+        let wake = self
+            .sp
+            .sys
+            .sleep(None, Some(pause), self.cancel())
+            .map_err(|e| self.sp.io("wait for the lock", self.req.name, e))?;
+        if wake == Wake::Cancelled {
+            return Err(self.cancelled());
+        }
+        Ok(())
+    }
+
+    /// Waits until the lock may have changed (see [`wait_for_change`]), at most `also`.
+    fn wait(
+        &mut self,
+        dir: &S::Dir,
+        id: FileId,
+        evidence: Evidence,
+        also: Option<Duration>,
+    ) -> Result<Option<S::Watch>, Error> {
+        self.idle = 0;
+        let until = match (also, self.left()) {
+            (Some(a), Some(l)) => Some(a.min(l)),
+            (a, l) => a.or(l),
+        };
+        wait_for_change(self.sp, self.req, dir, id, evidence, until)
+    }
+
+    /// A live (or unknown) holder: give up at the deadline, else wait for it to change.
+    fn wait_for_holder(
+        &mut self,
+        c: &mut Staged<S>,
+        dir: S::Dir,
+        meta: Meta,
+        owner: Owner,
+        judgement: Judgement,
+    ) -> Result<(), Error> {
+        if self.expired() {
+            return Err(self.give_up(|| Error::Locked {
+                lock: self.sp.entry(self.req.name),
+                resource: self.req.resource.to_owned(),
+                owner: Box::new(owner.clone()),
+                judgement: judgement.clone(),
+                since: meta.mtime,
+            }));
+        }
+        self.tell(&owner, &judgement, meta.mtime);
+        // Re-check between wake-ups only the fact the judgement rests on: the beacon of a live
+        // beacon holder, the pid (with a pidfd) of a live pid-judged one. An unknown owner
+        // (another host or namespace) is waited for by its directory alone: its beacon and pid
+        // mean nothing here, and re-probing them would spin.
+        let evidence = match judgement.liveness {
+            Liveness::Live if owner.has_beacon() => Evidence::Beacon,
+            Liveness::Live => Evidence::Pid(owner.pid),
+            _ => Evidence::Nothing,
+        };
+        c.last_watch = self.wait(&dir, meta.id, evidence, None)?;
+        c.last_seen = Some(dir);
+        Ok(())
+    }
+
+    /// A dead holder: wait out the grace period (evidence only), then reclaim under the guard.
+    /// `Some(owner)` when this contender reclaimed it.
+    fn reclaim_dead(
+        &mut self,
+        dir: S::Dir,
+        meta: Meta,
+        owner: Owner,
+        judgement: Judgement,
+    ) -> Result<Option<Owner>, Error> {
+        let grace = self.req.options.grace;
+        let (age, clock_ahead) = self.ages.age(self.sp.sys, meta.id, meta.mtime);
+        if judgement.liveness != Liveness::DeadByProof && age < grace {
+            let remaining = grace - age;
+            if self.expired() {
+                return Err(self.give_up(|| Error::Stale {
+                    lock: self.sp.entry(self.req.name),
+                    resource: self.req.resource.to_owned(),
+                    owner: Box::new(owner.clone()),
+                    judgement: judgement.clone(),
+                    remaining,
+                    clock_ahead,
+                }));
+            }
+            self.tell(&owner, &judgement, meta.mtime);
+            self.wait(&dir, meta.id, Evidence::Nothing, Some(remaining))?;
+            return Ok(None);
+        }
+        drop(dir);
+        let name = self.req.name;
+        match reclaim(
+            self.sp,
+            name,
+            Expect::Token(&owner.token),
+            grace,
+            &mut self.ages,
+        )? {
+            Reclaim::Done => Ok(Some(owner)),
+            Reclaim::Changed => self.idle_round().map(|()| None),
+            Reclaim::Busy { remaining } => {
+                if self.expired() {
+                    return Err(self.give_up(|| Error::Guarded {
+                        guard: self.sp.entry(&guard_name(name)),
+                        lock: self.sp.entry(name),
+                        resource: self.req.resource.to_owned(),
+                        remaining,
+                    }));
+                }
+                self.pause().map(|()| None)
+            }
+        }
+    }
+}
+
+/// The contest proper: publish, and on losing, judge the holder and wait for it, reclaim from
+/// it, or give up. `Ok(Some(owner))` when the lock was reclaimed from a dead owner.
 fn contend<S: System>(
     sp: &Space<S>,
     req: &Request,
     me: &Identity,
     c: &mut Staged<S>,
 ) -> Result<Option<Owner>, Error> {
-    let options = req.options;
-    let start = sp.sys.monotonic();
-    let deadline = deadline(sp.sys, options.wait);
-    let fail_fast = options.wait == Wait::Immediately;
+    let mut k = Contest::new(sp, req);
     let mut reclaimed_from = None;
-    let mut rounds = 0u32;
-    let mut last_owner: Option<Owner> = None;
-    let mut guard_backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
-    let mut told = false;
-    let mut tell = |owner: &Owner, judgement: &Judgement, since| {
-        if let (false, Some(f)) = (told, &options.on_wait) {
-            told = true;
-            f(&crate::options::Waiting {
-                lock: sp.entry(req.name),
-                owner: owner.clone(),
-                judgement: judgement.clone(),
-                since,
-            });
-        }
-    };
-    let cancel = options.cancel.as_ref().map(|c| &*c.0);
-    let lock_path = || sp.entry(req.name);
-    let timeout = |owner: Option<Owner>| Error::Timeout {
-        lock: lock_path(),
-        resource: req.resource.to_owned(),
-        waited: sp.sys.monotonic().saturating_sub(start),
-        owner: owner.map(Box::new),
-    };
     loop {
-        if cancel.is_some_and(|c| c.is_fired()) {
-            return Err(Error::Cancelled {
-                lock: lock_path(),
-                resource: req.resource.to_owned(),
-            });
+        if k.cancel().is_some_and(|c| c.is_fired()) {
+            return Err(k.cancelled());
         }
         if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
-            refresh(sp, c, me, options)?;
+            match refresh(sp, c, me, req.options) {
+                Ok(()) => {}
+                Err(e) if not_found(&e) && !sp.removed() => restage(sp, req, me, c)?,
+                Err(e) => return Err(e),
+            }
         }
-        if let Publish::Won = publish(sp, c, req.name)? {
-            return Ok(reclaimed_from);
+        match publish(sp, c, req.name)? {
+            Publish::Won => return Ok(reclaimed_from),
+            Publish::Vanished => {
+                restage(sp, req, me, c)?;
+                continue;
+            }
+            Publish::Contended => k.rounds += 1,
         }
-        rounds += 1;
-        let left = |now: Duration| deadline.map(|d| d.saturating_sub(now));
         let (dir, meta, owner) = match sp.observe(req.name)? {
             Seen::Gone => {
-                if fail_fast && rounds > MAX_FAIL_FAST_ROUNDS {
-                    return Err(timeout(last_owner));
-                }
+                k.idle_round()?;
                 continue;
             }
             Seen::Malformed(problem) => {
                 return Err(Error::Malformed {
-                    lock: lock_path(),
+                    lock: sp.entry(req.name),
                     resource: req.resource.to_owned(),
                     problem,
                 })
@@ -522,131 +866,45 @@ fn contend<S: System>(
             Seen::Owned { dir, meta, owner } => (dir, meta, owner),
         };
         let judgement = sp.judge(&dir, &owner, me);
-        last_owner = Some(owner.clone());
-        let now = sp.sys.monotonic();
-        let expired = deadline.is_some_and(|d| now >= d);
-        match judgement.liveness {
-            Liveness::Live | Liveness::Unknown => {
-                if expired {
-                    if fail_fast {
-                        return Err(Error::Locked {
-                            lock: lock_path(),
-                            resource: req.resource.to_owned(),
-                            owner: Box::new(owner),
-                            judgement,
-                            since: meta.mtime,
-                        });
-                    }
-                    return Err(timeout(last_owner));
-                }
-                // Re-check between wake-ups only the fact the judgement rests on: the beacon
-                // of a live beacon holder, the pid (with a pidfd) of a live pid-judged one. An
-                // unknown owner (another host or namespace) is waited for by inotify alone:
-                // its beacon and pid mean nothing here, and re-probing them would spin.
-                tell(&owner, &judgement, meta.mtime);
-                let live = judgement.liveness == Liveness::Live;
-                let by_beacon = live && owner.has_beacon();
-                let pid = (live && !owner.has_beacon()).then_some(owner.pid);
-                wait_for_change(sp, req, &dir, meta.id, by_beacon, pid, None, left(now))?;
-                c.last_seen = Some(dir);
+        k.last_owner = Some(owner.clone());
+        if judgement.liveness.is_dead() {
+            if let Some(dead) = k.reclaim_dead(dir, meta, owner, judgement)? {
+                reclaimed_from = Some(dead);
             }
-            Liveness::DeadByProof | Liveness::DeadByEvidence => {
-                let age = sp
-                    .sys
-                    .now()
-                    .duration_since(meta.mtime)
-                    .unwrap_or(Duration::ZERO);
-                let proven = judgement.liveness == Liveness::DeadByProof;
-                if !proven && age < options.grace {
-                    let remaining = options.grace - age;
-                    if expired {
-                        if fail_fast {
-                            return Err(Error::Stale {
-                                lock: lock_path(),
-                                resource: req.resource.to_owned(),
-                                owner: Box::new(owner),
-                                judgement,
-                                remaining,
-                            });
-                        }
-                        return Err(timeout(last_owner));
-                    }
-                    tell(&owner, &judgement, meta.mtime);
-                    wait_for_change(
-                        sp,
-                        req,
-                        &dir,
-                        meta.id,
-                        false,
-                        None,
-                        Some(remaining),
-                        left(now),
-                    )?;
-                    continue;
-                }
-                drop(dir);
-                match reclaim(sp, req.name, Expect::Token(&owner.token), options.grace)? {
-                    Reclaim::Done => reclaimed_from = Some(owner),
-                    Reclaim::Changed => {}
-                    Reclaim::Busy { remaining } => {
-                        let now = sp.sys.monotonic();
-                        if deadline.is_some_and(|d| now >= d) {
-                            if fail_fast {
-                                return Err(Error::Guarded {
-                                    guard: sp.entry(&guard_name(req.name)),
-                                    lock: lock_path(),
-                                    resource: req.resource.to_owned(),
-                                    remaining,
-                                });
-                            }
-                            return Err(timeout(last_owner));
-                        }
-                        let pause = guard_backoff.next_pause();
-                        let pause = left(now).map_or(pause, |l| l.min(pause));
-                        if sp
-                            .sys
-                            .sleep(None, Some(pause), cancel)
-                            .map_err(|e| sp.io("wait for the reclaim guard", req.name, e))?
-                            == Wake::Cancelled
-                        {
-                            return Err(Error::Cancelled {
-                                lock: lock_path(),
-                                resource: req.resource.to_owned(),
-                            });
-                        }
-                    }
-                }
-            }
+        } else {
+            k.wait_for_holder(c, dir, meta, owner, judgement)?;
         }
     }
 }
 
 /// Sleeps until the lock at `NAME` may have changed: released (moved away), its beacon dropped,
-/// its (beacon-less) holder exited, `also` passed, the deadline passed, or the wait cancelled.
-/// Wake-ups that changed nothing are filtered here, with no new opens of the lock directory (an
-/// open and close by us would wake every other waiter).
-#[allow(clippy::too_many_arguments)]
+/// its (beacon-less) holder exited, `until` passed, or the wait cancelled. Wake-ups that
+/// changed nothing are filtered here, with no new opens of the lock directory (an open and
+/// close by us would wake every other waiter). Returns the watch it used, for the caller to
+/// drop once its publish is done.
 fn wait_for_change<S: System>(
     sp: &Space<S>,
     req: &Request,
     dir: &S::Dir,
     id: FileId,
-    beacon: bool,
-    pid: Option<u32>,
-    also: Option<Duration>,
-    left: Option<Duration>,
-) -> Result<(), Error> {
+    evidence: Evidence,
+    until: Option<Duration>,
+) -> Result<Option<S::Watch>, Error> {
     let cancel = req.options.cancel.as_ref().map(|c| &*c.0);
-    if beacon && cancel.is_none() && also.is_none() && left.is_none() {
+    if evidence == Evidence::Beacon && cancel.is_none() && until.is_none() {
         // An unbounded wait on a beacon holder: sleep in the kernel's own lock handoff. The
         // holder's release unlocks the beacon explicitly (for every copy a fork made of it),
         // and its death closes it, so either wakes us.
         match sp.sys.wait_shared(dir) {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(None),
             Err(e) if is(&e, Errno::LockUnsupported) => {}
             Err(e) => return Err(sp.io("wait for the lock", req.name, e)),
         }
     }
+    let pid = match evidence {
+        Evidence::Pid(p) => Some(p),
+        _ => None,
+    };
     let watch = sp.sys.watch(dir, pid).unwrap_or(None);
     let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
     let start = sp.sys.monotonic();
@@ -656,19 +914,16 @@ fn wait_for_change<S: System>(
         let changed = match sp.sys.meta_at(sp.dir, req.name) {
             Ok(m) => m.id != id,
             Err(_) => true,
-        } || (beacon && sp.sys.try_lock(dir, false).unwrap_or(false))
+        } || (evidence == Evidence::Beacon
+            && sp.sys.try_lock(dir, false).unwrap_or(false))
             || pid.is_some_and(|p| sp.sys.process_alive(p) == Some(false));
         if changed {
-            return Ok(());
+            return Ok(watch);
         }
         let elapsed = sp.sys.monotonic().saturating_sub(start);
-        let mut timeout = [also, left]
-            .into_iter()
-            .flatten()
-            .map(|t| t.saturating_sub(elapsed))
-            .min();
+        let mut timeout = until.map(|t| t.saturating_sub(elapsed));
         if timeout == Some(Duration::ZERO) {
-            return Ok(()); // the caller re-judges and reports the deadline
+            return Ok(watch); // the caller re-judges and reports the deadline
         }
         // Without a watch, or after wake-ups that changed nothing (a pidfd of a zombie stays
         // readable), back off instead of spinning.
@@ -688,7 +943,7 @@ fn wait_for_change<S: System>(
                     resource: req.resource.to_owned(),
                 })
             }
-            Wake::TimedOut if use_watch => return Ok(()),
+            Wake::TimedOut if use_watch => return Ok(watch),
             Wake::TimedOut => {}
             Wake::Changed => spurious += 1,
         }
@@ -706,6 +961,16 @@ pub(crate) fn release<S: System>(
     if sp.sys.pid() != acquirer {
         return Ok(()); // a forked child: the lock is the parent's
     }
+    let token = held.owner.token.clone();
+    let result = retire_held(sp, held, resource);
+    // Whatever happened, the token is no longer ours to hold: a record still carrying it (a
+    // retire that failed) names a dead owner from now on.
+    sp.sys.own_token(&token, false);
+    result
+}
+
+/// Release proper: check, retire, check the tombstone, wake waiters, reap.
+fn retire_held<S: System>(sp: &Space<S>, held: Held<S>, resource: &str) -> Result<(), Error> {
     let name = held.name.as_str();
     let lost = |problem: &str| Error::Lost {
         lock: sp.entry(name),
@@ -725,9 +990,9 @@ pub(crate) fn release<S: System>(
         Err(e) => return Err(sp.io("check the lock before release", name, e)),
     }
     // Named by our token: unique (a token is published once), and no random draw needed.
-    let tomb = tombstone_name(name, &held.owner.token);
+    let tomb = tombstone_for(name, &held.owner.token, || sp.sys.token());
     match sp.sys.rename_noreplace(sp.dir, name, &tomb) {
-        Ok(()) => {}
+        Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(lost("it vanished while being released"))
         }
@@ -741,9 +1006,7 @@ pub(crate) fn release<S: System>(
         Ok(m) if m.id == held.id => {}
         // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
         // first): if our own directory is unlinked, what we retired was ours.
-        Err(e)
-            if e.kind() == io::ErrorKind::NotFound
-                && sp.sys.meta(&held.beacon).is_ok_and(|m| m.nlink == 0) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound && sp.sys.unlinked(&held.beacon) => {}
         _ => {
             // Not ours after all: put it back where it was, never over anything.
             let _ = sp.sys.rename_noreplace(sp.dir, &tomb, name);
@@ -813,10 +1076,13 @@ pub struct Sweep {
     pub kept: Vec<(String, String)>,
 }
 
-/// Sweep: reap every tombstone, and retire-then-reap every candidate older than `grace` whose
-/// creator is dead: its beacon is free (a candidate is briefly beacon-less while it is made,
-/// hence the age), or, where there is no flock, its record judges it dead. Locks and guards are
-/// never touched.
+/// A candidate without a record may be one being made right now (between its `mkdir` and its
+/// beacon `flock`, microseconds): a sweep leaves it alone for at least this long, whatever its
+/// grace period, so that even `sweep --grace 0` never removes a candidate under its creator.
+pub(crate) const STAGING_FLOOR: Duration = Duration::from_secs(10);
+
+/// Sweep: reap every tombstone, and retire-then-reap every candidate whose creator is dead.
+/// Locks and guards are never touched.
 pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, Error> {
     let me = &sp.sys.identity();
     let entries = sp
@@ -824,86 +1090,96 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
         .list(sp.dir)
         .map_err(|e| Error::io("list the lock directory", sp.path, e))?;
     let mut report = Sweep::default();
-    let mut keep = |name: &str, why: &str| report.kept.push((name.to_owned(), why.to_owned()));
-    let mut removed = Vec::new();
     for entry in entries {
-        match classify(&entry) {
+        let outcome = match classify(&entry) {
             Entry::Tombstone { .. } => {
                 if remove_tree(sp.sys, sp.dir, &entry) {
-                    removed.push(entry);
+                    Swept::Removed
                 } else {
-                    keep(&entry, "it could not be removed");
+                    Swept::Kept("it could not be removed".into())
                 }
             }
             Entry::Candidate { lock, token } => {
-                let Ok(meta) = sp.sys.meta_at(sp.dir, &entry) else {
-                    continue; // published or removed meanwhile
-                };
-                if sp
-                    .sys
-                    .now()
-                    .duration_since(meta.mtime)
-                    .unwrap_or(Duration::ZERO)
-                    < grace
-                {
-                    keep(
-                        &entry,
-                        "it is younger than the grace period (it may be being staged)",
-                    );
-                    continue;
-                }
-                let Ok(dir) = sp.sys.open_dir_at(sp.dir, &entry) else {
-                    keep(&entry, "it cannot be opened");
-                    continue;
-                };
-                match sp.sys.try_lock(&dir, false) {
-                    // Its beacon is free: its creator is gone (a fresh candidate, briefly
-                    // without one, was ruled out by its age).
-                    Ok(true) => {}
-                    Ok(false) => {
-                        keep(
-                            &entry,
-                            "its creator is alive (it holds the candidate's beacon)",
-                        );
-                        continue;
-                    }
-                    // No flock here: judge the creator by its record, like any owner. A
-                    // candidate with no record after the grace period lost its creator before
-                    // it could write one.
-                    Err(e) if is(&e, Errno::LockUnsupported) => {
-                        if let Ok(owner) = sp.read_owner(&dir) {
-                            let judgement = sp.judge(&dir, &owner, me);
-                            if !judgement.liveness.is_dead() {
-                                keep(&entry, &format!("its creator is {judgement}"));
-                                continue;
-                            }
-                        }
-                    }
-                    Err(_) => {
-                        keep(&entry, "its creator cannot be probed");
-                        continue;
-                    }
-                }
-                // Retire it first, so that its creator's publish and this sweep cannot both win.
-                let tomb = tombstone_name(&lock, &token);
-                match sp.sys.rename_noreplace(sp.dir, &entry, &tomb) {
-                    Ok(()) => {
-                        drop(dir);
-                        if remove_tree(sp.sys, sp.dir, &tomb) {
-                            removed.push(entry);
-                        } else {
-                            keep(&tomb, "it was retired but could not be removed");
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => keep(&entry, &format!("it could not be retired: {e}")),
-                }
+                sweep_candidate(sp, &entry, &lock, &token, grace, me)
             }
-            _ => {}
+            _ => Swept::Untouched,
+        };
+        match outcome {
+            Swept::Removed => report.removed.push(entry),
+            Swept::Kept(why) => report.kept.push((entry, why)),
+            Swept::Untouched => {}
         }
     }
-    report.removed = removed;
     Ok(report)
+}
+
+/// What a sweep did with one entry.
+enum Swept {
+    Removed,
+    Kept(String),
+    Untouched,
+}
+
+/// A candidate is removed only when its creator is dead: its beacon is free and it holds a
+/// complete record (written only under the beacon) and is older than `grace`; or, without a
+/// record, it is older than both `grace` and [`STAGING_FLOOR`]. Where there is no `flock`, its
+/// record judges its creator like any owner. It is retired to a tombstone first, so that its
+/// creator's publish and the sweep cannot both win.
+fn sweep_candidate<S: System>(
+    sp: &Space<S>,
+    entry: &str,
+    lock: &str,
+    token: &str,
+    grace: Duration,
+    me: &Identity,
+) -> Swept {
+    let Ok(meta) = sp.sys.meta_at(sp.dir, entry) else {
+        return Swept::Untouched; // published or removed meanwhile
+    };
+    let age = sp
+        .sys
+        .now()
+        .duration_since(meta.mtime)
+        .unwrap_or(Duration::ZERO);
+    if age < grace {
+        return Swept::Kept("it is younger than the grace period (it may be being staged)".into());
+    }
+    let Ok(dir) = sp.sys.open_dir_at(sp.dir, entry) else {
+        return Swept::Kept("it cannot be opened".into());
+    };
+    let record = sp.read_owner(&dir).ok();
+    match sp.sys.try_lock(&dir, false) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Swept::Kept("its creator is alive (it holds the candidate's beacon)".into())
+        }
+        // No flock here: judge the creator by its record, like any owner.
+        Err(e) if is(&e, Errno::LockUnsupported) => {
+            if let Some(owner) = &record {
+                let judgement = sp.judge(&dir, owner, me);
+                if !judgement.liveness.is_dead() {
+                    return Swept::Kept(format!("its creator is {judgement}"));
+                }
+            }
+        }
+        Err(_) => return Swept::Kept("its creator cannot be probed".into()),
+    }
+    if record.is_none() && age < STAGING_FLOOR {
+        return Swept::Kept("it has no record yet (it may be being staged)".into());
+    }
+    let tomb = tombstone_for(lock, token, || sp.sys.token());
+    match sp.sys.rename_noreplace(sp.dir, entry, &tomb) {
+        Ok(_) => {
+            drop(dir);
+            if remove_tree(sp.sys, sp.dir, &tomb) {
+                Swept::Removed
+            } else {
+                Swept::Kept(format!("it was retired to {tomb} but could not be removed"))
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Swept::Untouched,
+        Err(e) => Swept::Kept(format!("it could not be retired: {e}")),
+    }
 }
 
 /// What an [unlock](crate::LockRequest::unlock) did.
@@ -985,7 +1261,7 @@ pub(crate) fn unlock<S: System>(
             Some(owner) => Expect::Token(&owner.token),
             None => Expect::Dir(id),
         };
-        match reclaim(sp, name, expect, grace)? {
+        match reclaim(sp, name, expect, grace, &mut Ages::default())? {
             Reclaim::Done => {
                 return Ok(Unlocked::Removed {
                     owner: expect_owner,

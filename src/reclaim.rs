@@ -17,8 +17,9 @@
 //! only where the filesystem has no no-replace rename.)
 
 use crate::error::Error;
-use crate::paths::{candidate_name, guard_name, tombstone_name, GUARD_MARKER};
-use crate::protocol::{make_candidate, remove_tree, Seen, Space};
+use crate::options::{Ages, Backoff};
+use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
+use crate::protocol::{make_candidate, remove_tree, Seen, Space, PEEK_RETRIES};
 use crate::sys::{is, Errno, System};
 use std::io;
 use std::time::Duration;
@@ -36,10 +37,6 @@ pub(crate) enum Reclaim {
     Busy { remaining: Option<Duration> },
 }
 
-/// How many times the maker of a guard made in place retries its `flock` while another process
-/// peeks at the guard (a peeker finds it unmarked and fresh, and lets go at once).
-const PEEK_RETRIES: u32 = 50;
-
 /// What must still be at `NAME`, under the guard, for it to be retired.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Expect<'a> {
@@ -51,12 +48,13 @@ pub(crate) enum Expect<'a> {
 }
 
 /// Retires the lock `name` if, under the guard, it is still what `expect` says. `grace` is how
-/// long an unmarked guard left by another implementation is respected.
+/// long an unmarked guard left by another implementation is respected (as `ages` observes it).
 pub(crate) fn reclaim<S: System>(
     sp: &Space<S>,
     name: &str,
     expect: Expect,
     grace: Duration,
+    ages: &mut Ages,
 ) -> Result<Reclaim, Error> {
     let gname = guard_name(name);
     #[cfg(any(test, feature = "sim"))]
@@ -65,7 +63,7 @@ pub(crate) fn reclaim<S: System>(
     }
     let guard = match stage_guard(sp, name, &gname)? {
         Some(guard) => guard,
-        None => match take_left_guard(sp, &gname, grace)? {
+        None => match take_left_guard(sp, &gname, grace, ages)? {
             Ok(guard) => guard,
             Err(busy) => return Ok(busy),
         },
@@ -75,7 +73,7 @@ pub(crate) fn reclaim<S: System>(
     // its flock is held, so a crash leaves it either whole (marked: reused at once) or gone.
     let tomb = tombstone_name(name, &sp.sys.token());
     match sp.sys.rename_noreplace(sp.dir, &gname, &tomb) {
-        Ok(()) => {
+        Ok(_) => {
             drop(guard);
             remove_tree(sp.sys, sp.dir, &tomb);
         }
@@ -105,9 +103,6 @@ enum Staged<D> {
 /// rename, the guard is made in place with `mkdir` (and a crash before it is marked leaves it
 /// to be waited out for the grace period).
 fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Option<S::Dir>, Error> {
-    if sp.sys.rename_is_plain() {
-        return make_guard_in_place(sp, gname);
-    }
     let staging = candidate_name(name, &sp.sys.token());
     let guard = make_candidate(sp, &staging)?.dir;
     let result = mark(sp, &guard, &staging).and_then(|()| {
@@ -147,22 +142,35 @@ fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S
         None => return Ok(None),
     };
     private(sp, &guard, gname)?;
-    let mut tries = 0;
-    loop {
-        match sp.sys.try_lock(&guard, true) {
-            Ok(true) => break,
-            // Another process peeks at it (finds it unmarked and fresh, and lets go at once).
-            Ok(false) if tries < PEEK_RETRIES => {
-                tries += 1;
-                let _ = sp.sys.sleep(None, Some(Duration::from_millis(1)), None);
-            }
-            Ok(false) => return Ok(None),
-            Err(e) if is(&e, Errno::LockUnsupported) => break,
-            Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(gname), e)),
-        }
+    // Another process may peek at it (finds it unmarked and fresh, and lets go at once).
+    match try_lock_past_peekers(sp, &guard, gname)? {
+        Some(true) | None => {}
+        Some(false) => return Ok(None),
     }
     mark(sp, &guard, gname)?;
     Ok(Some(guard))
+}
+
+/// Takes the exclusive `flock` of a guard, retrying (with backoff) past observers that peek at
+/// it with a shared one for an instant (status): `Some(true)` taken, `Some(false)` held by a
+/// reclaimer, `None` where the filesystem has no `flock`.
+fn try_lock_past_peekers<S: System>(
+    sp: &Space<S>,
+    guard: &S::Dir,
+    gname: &str,
+) -> Result<Option<bool>, Error> {
+    let mut pause = Backoff::new(Duration::from_micros(100), Duration::from_millis(10));
+    for _ in 0..PEEK_RETRIES {
+        match sp.sys.try_lock(guard, true) {
+            Ok(true) => return Ok(Some(true)),
+            Ok(false) => {
+                let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
+            }
+            Err(e) if is(&e, Errno::LockUnsupported) => return Ok(None),
+            Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(gname), e)),
+        }
+    }
+    Ok(Some(false))
 }
 
 /// Opens `NAME.reclaim`; `Ok(None)` if it is gone.
@@ -217,6 +225,7 @@ fn take_left_guard<S: System>(
     sp: &Space<S>,
     gname: &str,
     grace: Duration,
+    ages: &mut Ages,
 ) -> Result<Result<S::Dir, Reclaim>, Error> {
     let Some(guard) = open_guard(sp, gname)? else {
         return Ok(Err(Reclaim::Changed));
@@ -238,11 +247,10 @@ fn take_left_guard<S: System>(
                     .into(),
         });
     }
-    let flocked = match sp.sys.try_lock(&guard, true) {
-        Ok(true) => true,
-        Ok(false) => return Ok(Err(Reclaim::Busy { remaining: None })),
-        Err(e) if is(&e, Errno::LockUnsupported) => false,
-        Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(gname), e)),
+    let flocked = match try_lock_past_peekers(sp, &guard, gname)? {
+        Some(true) => true,
+        Some(false) => return Ok(Err(Reclaim::Busy { remaining: None })),
+        None => false,
     };
     // The path must still name the directory we locked (its maker may have retired it).
     match sp.sys.meta_at(sp.dir, gname) {
@@ -253,11 +261,7 @@ fn take_left_guard<S: System>(
     // guard (or any guard where flock does not work) is waited out for the grace period.
     let marked = flocked && sp.sys.meta_at(&guard, GUARD_MARKER).is_ok();
     if !marked {
-        let age = sp
-            .sys
-            .now()
-            .duration_since(meta.mtime)
-            .unwrap_or(Duration::ZERO);
+        let (age, _) = ages.age(sp.sys, meta.id, meta.mtime);
         if age < grace {
             return Ok(Err(Reclaim::Busy {
                 remaining: Some(grace - age),
@@ -304,14 +308,22 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
             }
         }
     };
-    // A dead owner's lock is named by its token (unique); a forced removal by a fresh one.
+    // A dead owner's lock is named by its token when that is a safe name (unique); anything
+    // else read from the record, and a forced removal, get a fresh one.
     let tomb = match expect {
-        Expect::Token(token) => tombstone_name(name, token),
+        Expect::Token(token) => tombstone_for(name, token, || sp.sys.token()),
         Expect::Dir(_) => tombstone_name(name, &sp.sys.token()),
     };
     match sp.sys.rename_noreplace(sp.dir, name, &tomb) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Reclaim::Changed),
+        Ok(_) => {}
+        // Gone meanwhile: someone else moved it. Still there, the rename cannot work: an
+        // error, not a change to look at again (that would spin).
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                && !sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == id) =>
+        {
+            return Ok(Reclaim::Changed)
+        }
         Err(e) => return Err(Error::io("retire the dead owner's lock", sp.entry(name), e)),
     }
     match sp.sys.meta_at(sp.dir, &tomb) {

@@ -1,12 +1,15 @@
 //! `dirlock`: run commands under a directory lock, and inspect, clear and sweep locks.
 
 use clap::{Args, Parser, Subcommand};
-use dirlock::{Error, GuardState, LockRequest, Locks, State, Status, Unlocked, Wait};
+use dirlock::text::{escape, path as shown};
+use dirlock::{Cancel, Error, GuardState, LockRequest, Locks, State, Status, Unlocked, Wait};
 use serde_json::{json, Value};
 use std::ffi::OsString;
-use std::io::Write;
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const EX_USAGE: u8 = 64;
@@ -173,14 +176,36 @@ fn secs(v: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{v:?} is not a number of seconds"))
 }
 
-/// A failure: what to print and the exit status.
+/// A failure: what to print (nothing for a closed output pipe) and the exit status.
 struct Failure(String, u8);
+
+/// The status of a command whose output pipe was closed: what a tool killed by `SIGPIPE`
+/// reports (128 + 13), without a word.
+const EX_PIPE: u8 = 141;
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
         let code = if e.is_contended() { EX_TEMPFAIL } else { 1 };
         Failure(chain(&e), code)
     }
+}
+
+/// Writes the command's output. A reader that went away (`| head`) ends the command quietly,
+/// as it ends other Unix tools; any other write error is reported.
+fn emit(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            Err(Failure(String::new(), EX_PIPE))
+        }
+        Err(e) => Err(Failure(format!("cannot write the output: {e}"), 1)),
+    }
+}
+
+/// A line on stderr; a stderr that cannot be written to is not worth failing over.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "dirlock: {line}");
 }
 
 /// The error and its causes, in one paragraph.
@@ -278,7 +303,9 @@ fn main() -> ExitCode {
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(Failure(msg, code)) => {
-            eprintln!("dirlock: {msg}");
+            if !msg.is_empty() {
+                say(&msg);
+            }
             ExitCode::from(code)
         }
     }
@@ -302,48 +329,46 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             let (locks, target) = select(&sel)?;
             let req = request(&locks, &target);
             let path = req.path()?;
-            match req.unlock(force)? {
-                Unlocked::NotLocked => println!("not locked: {}", path.display()),
+            let path = shown(&path);
+            emit(&match req.unlock(force)? {
+                Unlocked::NotLocked => format!("not locked: {path}\n"),
                 Unlocked::Removed { owner: Some(o) } => {
-                    println!(
-                        "removed {} (its owner, pid {}, is dead)",
-                        path.display(),
-                        o.pid
-                    )
+                    format!("removed {path} (its owner, pid {}, is dead)\n", o.pid)
                 }
                 Unlocked::Removed { owner: None } => {
-                    println!("removed {} (malformed, no process held it)", path.display())
+                    format!("removed {path} (malformed, no process held it)\n")
                 }
-                _ => println!("done: {}", path.display()),
-            }
+                _ => format!("done: {path}\n"),
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Sweep { place, grace } => {
             let locks = open(&place)?;
             let report = locks.sweep(grace.unwrap_or(dirlock::DEFAULT_GRACE))?;
+            let mut text = String::new();
             for name in &report.removed {
-                println!("removed {name}");
+                let _ = writeln!(text, "removed {}", escape(name));
             }
             for (name, why) in &report.kept {
-                println!("kept {name}: {why}");
+                let _ = writeln!(text, "kept {}: {}", escape(name), escape(why));
             }
+            emit(&text)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Path { sel } => {
             let (locks, target) = select(&sel)?;
-            println!("{}", request(&locks, &target).path()?.display());
+            let path = request(&locks, &target).path()?;
+            emit(&format!("{}\n", path.display()))?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Hold { sel, acq, until } => {
             let (locks, target) = select(&sel)?;
             let guard = configure(request(&locks, &target), &acq).acquire()?;
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "held {}", guard.path().display());
+            let mut text = format!("held {}\n", guard.path().display());
             if let Some(prev) = guard.reclaimed_from() {
-                let _ = writeln!(out, "reclaimed-from {} {}", prev.pid, prev.token);
+                let _ = writeln!(text, "reclaimed-from {} {}", prev.pid, escape(&prev.token));
             }
-            let _ = out.flush();
-            drop(out);
+            emit(&text)?;
             loop {
                 if until.as_ref().is_some_and(|f| f.exists()) {
                     break;
@@ -356,42 +381,71 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
     }
 }
 
+/// Where `dirlock run` is, for its signal thread.
+enum Phase {
+    /// Taking the lock: a signal abandons the wait (the first one is kept).
+    Waiting(Option<i32>),
+    /// The command runs: signals other processes send are forwarded to it.
+    Running(u32),
+}
+
 fn run(
     sel: &Selector,
     acq: &Acquire,
     quiet: bool,
     command: &[OsString],
 ) -> Result<ExitCode, Failure> {
-    // Before any thread starts: the forwarded signals are received by a sigwait thread, not
-    // by their default handlers (which would kill us and leave the command running unlocked
-    // from our side).
+    // Before any thread starts: SIGINT, SIGTERM and SIGHUP are received by a thread of ours,
+    // not by their default handlers. While the lock is awaited they abandon the wait (nothing
+    // is left behind and nothing runs: exit 128+N, as flock(1) does); once the command runs
+    // they are forwarded to it (and `dirlock run` itself waits for it and releases).
     dirlock::__cli::block_forwarded_signals()
         .map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
     let (locks, target) = select(sel)?;
-    let mut req = configure(request(&locks, &target), acq);
+    let cancel =
+        Cancel::new().map_err(|e| Failure(format!("cannot make a cancel handle: {e}"), 1))?;
+    let phase = Arc::new(Mutex::new(Phase::Waiting(None)));
+    dirlock::__cli::on_signals({
+        let (phase, cancel) = (phase.clone(), cancel.clone());
+        move |sig, from_process| match &mut *phase.lock().unwrap_or_else(|e| e.into_inner()) {
+            Phase::Waiting(first) => {
+                first.get_or_insert(sig);
+                cancel.cancel();
+            }
+            // A terminal's Ctrl-C or hangup reached the command already (same process
+            // group): only what another process sent us is passed on.
+            Phase::Running(child) if from_process => dirlock::__cli::send_signal(*child, sig),
+            Phase::Running(_) => {}
+        }
+    });
+    let mut req = configure(request(&locks, &target), acq).cancel(&cancel);
     if !quiet {
         req = req.on_wait(|w| {
-            let o = &w.owner;
-            let mut who = format!("pid {}", o.pid);
-            if let Some(h) = &o.host {
-                who.push_str(&format!(" on {h}"));
-            }
-            if let Some(p) = &o.purpose {
-                who.push_str(&format!(" ({p})"));
-            }
-            eprintln!(
-                "dirlock: waiting for {}: held by {who} since {}, judged {}",
-                w.lock.display(),
+            say(&format!(
+                "waiting for {}: held by {} since {}, judged {}",
+                shown(&w.lock),
+                w.owner,
                 ago(w.since),
-                w.judgement
-            );
+                escape(&w.judgement.to_string())
+            ));
         });
     }
-    let guard = req.acquire()?;
+    let acquired = req.acquire();
+    // Decide under the phase lock, so that a signal is either seen here or forwarded.
+    let mut phase = phase.lock().unwrap_or_else(|e| e.into_inner());
+    if let Phase::Waiting(Some(sig)) = *phase {
+        drop(acquired); // got it just as the signal came: released, nothing runs
+        return Ok(ExitCode::from(128 + sig.clamp(0, 127) as u8));
+    }
+    let guard = acquired?;
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]);
     guard.keep_alive_in(&mut cmd);
     dirlock::__cli::unblock_forwarded_in_child(&mut cmd);
+    // The command never outlives this process: were `dirlock run` killed (even by SIGKILL),
+    // the kernel kills the command too, so no contender, whether it judges by the beacon or
+    // (like the reference implementation) by our pid, ever gets the lock while it runs.
+    dirlock::__cli::die_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -401,10 +455,14 @@ fn run(
                 126
             };
             let _ = guard.release();
-            return Err(Failure(format!("cannot run {:?}: {e}", command[0]), code));
+            return Err(Failure(
+                format!("cannot run {}: {e}", shown(Path::new(&command[0]))),
+                code,
+            ));
         }
     };
-    dirlock::__cli::forward_signals(child.id());
+    *phase = Phase::Running(child.id());
+    drop(phase);
     let status = child.wait();
     // Released after the command exits, whatever happened to it.
     let released = guard.release();
@@ -418,7 +476,7 @@ fn run(
         _ => 1,
     };
     if let Err(e) = released {
-        eprintln!("dirlock: {}", chain(&e));
+        say(&chain(&e));
         return Ok(ExitCode::from(if code == 0 { 1 } else { code as u8 }));
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
@@ -440,25 +498,30 @@ fn status(
         }
         vec![req.status()?]
     };
-    if json {
+    let text = if json {
         let value = if all {
             json!({ "schema": 1, "locks": statuses.iter().map(to_json).collect::<Vec<_>>() })
         } else {
             to_json(&statuses[0])
         };
-        println!("{value}");
+        format!("{value}\n")
+    } else if statuses.is_empty() {
+        "no locks\n".to_owned()
     } else {
-        for (i, st) in statuses.iter().enumerate() {
-            if i > 0 {
-                println!();
-            }
-            print_status(st);
-        }
-        if statuses.is_empty() {
-            println!("no locks");
-        }
-    }
+        statuses.iter().map(describe).collect::<Vec<_>>().join("\n")
+    };
+    emit(&text)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A path in JSON: `path` is always a string (lossy where the path is not UTF-8); a path that
+/// is not UTF-8 also gets its exact bytes in `path_bytes`.
+fn json_path(value: &mut Value, path: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    value["path"] = json!(path.to_string_lossy());
+    if path.to_str().is_none() {
+        value["path_bytes"] = json!(path.as_os_str().as_bytes());
+    }
 }
 
 fn to_json(st: &Status) -> Value {
@@ -472,9 +535,9 @@ fn to_json(st: &Status) -> Value {
         }
         g => json!({ "state": g.name(), "marked": null, "age_ms": null }),
     };
-    json!({
+    let mut value = json!({
         "schema": 1,
-        "path": st.path,
+        "path": null,
         "name": st.name,
         "state": st.state.name(),
         "reason": st.reason,
@@ -488,11 +551,15 @@ fn to_json(st: &Status) -> Value {
         "tombstones": st.tombstones.iter().map(|t| json!({
             "name": t.name, "age_ms": t.age.as_millis() as u64,
         })).collect::<Vec<_>>(),
-    })
+    });
+    json_path(&mut value, &st.path);
+    value
 }
 
-fn print_status(st: &Status) {
-    println!("lock:       {}", st.path.display());
+/// A lock's status for people: one field per line, everything read from disk escaped.
+fn describe(st: &Status) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "lock:       {}", shown(&st.path));
     let state = match &st.state {
         State::DeadByEvidence { remaining } if remaining.is_zero() => {
             "dead by evidence (past the grace period: the next acquisition reclaims it)".to_owned()
@@ -505,20 +572,14 @@ fn print_status(st: &Status) {
         State::Malformed { .. } => "malformed (never removed automatically)".to_owned(),
         s => s.name().to_owned(),
     };
-    println!("state:      {state}");
+    let _ = writeln!(out, "state:      {state}");
     if let Some(r) = &st.reason {
-        println!("why:        {r}");
+        let _ = writeln!(out, "why:        {}", escape(r));
     }
     if let Some(o) = &st.owner {
-        let mut line = format!("pid {}", o.pid);
-        if let Some(h) = &o.host {
-            line.push_str(&format!(" on host {h}"));
-        }
-        if let Some(p) = &o.purpose {
-            line.push_str(&format!(", purpose {p:?}"));
-        }
+        let mut line = o.to_string();
         if let Some(t) = st.since {
-            line.push_str(&format!(", since {}", ago(t)));
+            let _ = write!(line, ", since {}", ago(t));
         }
         line.push_str(match o.beacon {
             Some(true) => ", holds a beacon",
@@ -526,9 +587,9 @@ fn print_status(st: &Status) {
             None => ", reference-format record (judged by pid)",
         });
         if let Some(w) = &o.writer {
-            line.push_str(&format!(", written by {w}"));
+            let _ = write!(line, ", written by {}", escape(w));
         }
-        println!("owner:      {line}");
+        let _ = writeln!(out, "owner:      {line}");
     }
     let guard = match &st.guard {
         GuardState::Leftover { marked: true, age } => format!(
@@ -542,7 +603,7 @@ fn print_status(st: &Status) {
         GuardState::Busy => "busy: a process is reclaiming the lock".to_owned(),
         g => g.name().to_owned(),
     };
-    println!("guard:      {guard}");
+    let _ = writeln!(out, "guard:      {guard}");
     let list = |v: &[dirlock::Leftover]| {
         if v.is_empty() {
             "none".to_owned()
@@ -554,12 +615,13 @@ fn print_status(st: &Status) {
                         Some(false) => ", creator gone",
                         None => "",
                     };
-                    format!("{} ({} s old{who})", l.name, l.age.as_secs())
+                    format!("{} ({} s old{who})", escape(&l.name), l.age.as_secs())
                 })
                 .collect::<Vec<_>>()
                 .join("\n            ")
         }
     };
-    println!("candidates: {}", list(&st.candidates));
-    println!("tombstones: {}", list(&st.tombstones));
+    let _ = writeln!(out, "candidates: {}", list(&st.candidates));
+    let _ = writeln!(out, "tombstones: {}", list(&st.tombstones));
+    out
 }

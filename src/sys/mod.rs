@@ -17,7 +17,8 @@ pub(crate) use unix::keep_open_in_child;
 #[cfg(test)]
 pub(crate) use unix::parse_start_time as parse_start_time_for_tests;
 pub use unix::{
-    block_forwarded_signals, forward_signals, unblock_forwarded_in_child, CancelHandle, Real,
+    block_forwarded_signals, die_with_parent, on_signals, send_signal, unblock_forwarded_in_child,
+    CancelHandle, Real,
 };
 
 /// The identity of a file: device and inode number.
@@ -59,6 +60,16 @@ pub struct Meta {
     pub nlink: u64,
     /// Last modification time.
     pub mtime: SystemTime,
+}
+
+/// How a [`System::rename_noreplace`] was done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renamed {
+    /// With no-replace semantics: its success proves `to` did not exist.
+    Exclusive,
+    /// With a plain rename (the filesystem refused no-replace): `to` may have been an empty
+    /// directory that is now gone, so the caller checks what it renamed.
+    Plain,
 }
 
 /// Why a [`System::sleep`] returned.
@@ -126,6 +137,13 @@ pub trait System {
     fn monotonic(&self) -> Duration;
     /// A fresh random token (a UUID v4 in the real system).
     fn token(&self) -> String;
+    /// Records that this process wrote `token` into a candidate (`true`, when it stages one)
+    /// or is done with it (`false`: the candidate was removed, or the lock retired or lost).
+    fn own_token(&self, token: &str, own: bool);
+    /// Whether this process wrote `token` and is not done with it (see
+    /// [`System::own_token`]). A record naming this process's pid with any other token was
+    /// written by a dead process whose pid we now have.
+    fn wrote(&self, token: &str) -> bool;
 
     /// Opens the directory at `path`, following symlinks (used for the temp dir only).
     fn open_dir_path(&self, path: &Path) -> io::Result<Self::Dir>;
@@ -135,6 +153,14 @@ pub trait System {
     fn mkdir_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
     /// `fstat` of an open directory.
     fn meta(&self, dir: &Self::Dir) -> io::Result<Meta>;
+    /// Whether the open directory `dir` was removed (its link count is 0; some FUSE
+    /// filesystems answer `fstat` of a removed directory with `ENOENT` instead).
+    fn unlinked(&self, dir: &Self::Dir) -> bool {
+        match self.meta(dir) {
+            Ok(m) => m.nlink == 0,
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        }
+    }
     /// `fstatat(.., AT_SYMLINK_NOFOLLOW)`.
     fn meta_at(&self, at: &Self::Dir, name: &str) -> io::Result<Meta>;
     /// `fchmod` of an open directory.
@@ -156,20 +182,15 @@ pub trait System {
     /// fsyncs an open directory.
     fn sync_dir(&self, dir: &Self::Dir) -> io::Result<()>;
     /// Renames `from` to `to` within `at`, failing with `EEXIST`/`ENOTEMPTY` if `to` exists.
-    /// Where the filesystem rejects no-replace renames, falls back to a plain rename (which
-    /// can replace only an *empty* directory); the caller verifies the result.
-    fn rename_noreplace(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
+    /// Where this filesystem rejects no-replace renames, falls back to a plain rename (which
+    /// can replace only an *empty* directory) and says so: the caller verifies the result. The
+    /// fallback is decided call by call (no-replace is tried every time), so a filesystem
+    /// without it never makes renames plain on another.
+    fn rename_noreplace(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<Renamed>;
     /// Like [`System::rename_noreplace`], but never falls back to a plain rename: where the
     /// filesystem has no no-replace rename it fails with [`io::ErrorKind::Unsupported`] (for
     /// the reclaim guard, whose rival may be another implementation's empty directory).
-    fn rename_exclusive(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()> {
-        self.rename_noreplace(at, from, to)
-    }
-    /// Whether [`System::rename_noreplace`] has fallen back to plain renames (whose results
-    /// the caller must verify).
-    fn rename_is_plain(&self) -> bool {
-        false
-    }
+    fn rename_exclusive(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
     /// Removes file `name` in `at`.
     fn remove_file_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
     /// Removes empty directory `name` in `at`.

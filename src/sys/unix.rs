@@ -3,7 +3,7 @@
 //! tuned code here.
 #![allow(unsafe_code)]
 
-use super::{FileId, Identity, Kind, Meta, System, Wake};
+use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -20,8 +20,9 @@ pub struct Real;
 /// Identity facts, cached per pid (a forked child reads its own).
 static IDENTITY: Mutex<Option<Identity>> = Mutex::new(None);
 
-/// Set once a filesystem has told us it does not know `RENAME_NOREPLACE`.
-static NO_RENAMEAT2: AtomicBool = AtomicBool::new(false);
+/// The tokens this process wrote and is not done with, with the pid that wrote them (a forked
+/// child starts with none of its parent's).
+static TOKENS: Mutex<Option<(u32, std::collections::HashSet<String>)>> = Mutex::new(None);
 
 fn cstr(name: &str) -> io::Result<CString> {
     CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name contains NUL"))
@@ -235,84 +236,197 @@ fn read_identity() -> Identity {
     }
 }
 
-/// A waiter's registrations: a watch in this thread's inotify instance and, for a pid-judged
-/// holder, a pidfd. Dropping it leaves the watch pending removal (see `PENDING`).
+/// A waiter's registrations: a watch in the process's inotify instance (with an eventfd that
+/// whoever reads the instance's events uses to wake this waiter) and, for a pid-judged holder,
+/// a pidfd. Dropping it removes the watch once no other waiter of the process shares it.
 #[derive(Debug)]
 pub struct Watch {
-    /// `(inotify fd, watch descriptor)`; the fd belongs to the thread-local instance.
-    inotify: Option<(RawFd, libc::c_int)>,
+    #[cfg(target_os = "linux")]
+    inotify: Option<inotify::Registration>,
     pidfd: Option<OwnedFd>,
-    /// The inotify fd is this thread's: a `Watch` must not cross threads.
-    _not_send: std::marker::PhantomData<*const ()>,
 }
 
+/// One inotify instance for the whole process (closing an instance waits for an SRCU grace
+/// period in the kernel, up to tens of milliseconds, and each user may have only 128 of them,
+/// so instances are neither made per wait nor kept per thread). Waiters add a watch on the lock
+/// directory they wait for (shared, counted, when several wait for the same one), each with an
+/// eventfd of its own; whichever waiter finds the instance readable reads every queued event
+/// and wakes the waiters of the watches they name. A forked child makes its own instance.
 #[cfg(target_os = "linux")]
-thread_local! {
-    /// This thread's inotify instance and the pid that made it. Closing an inotify instance
-    /// waits for an SRCU grace period in the kernel (about 10 ms), far more than a handoff
-    /// should cost, so each thread keeps one for its whole life and adds and removes watches.
-    /// After a fork the child makes its own: a shared instance would share one event queue.
-    static INOTIFY: std::cell::RefCell<Option<(u32, OwnedFd)>> = const { std::cell::RefCell::new(None) };
-    /// A watch whose waiter is done, not yet removed: removing it at once costs tens of
-    /// microseconds right when a handoff should be fastest (the holder is tearing the watched
-    /// directory down, and the kernel drops a dead inode's watches by itself). It is removed at
-    /// this thread's next `watch`, or with the instance when the thread ends: at most one.
-    static PENDING: std::cell::Cell<Option<libc::c_int>> = const { std::cell::Cell::new(None) };
-}
+mod inotify {
+    use super::{check, getpid, owned};
+    use std::collections::HashMap;
+    use std::ffi::CString;
+    use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+    use std::sync::Mutex;
 
-/// Removes this thread's pending watch, if any.
-#[cfg(target_os = "linux")]
-fn remove_pending(ifd: RawFd) {
-    if let Some(wd) = PENDING.with(|p| p.take()) {
-        // SAFETY: `ifd` is this thread's inotify instance and `wd` a watch added to it; a watch
-        // the kernel already dropped (its inode died) just fails.
-        unsafe { libc::inotify_rm_watch(ifd, wd) };
+    /// The events that may mean a lock directory changed hands: the final close of the
+    /// holder's beacon (its release or its death: the moment the kernel drops its flock), a
+    /// release's rename, a removal, a mode change.
+    const MASK: u32 = libc::IN_CLOSE_NOWRITE
+        | libc::IN_CLOSE_WRITE
+        | libc::IN_MOVE_SELF
+        | libc::IN_DELETE_SELF
+        | libc::IN_ATTRIB;
+
+    struct Watched {
+        /// Tells this watch apart from a later one that got the same number.
+        generation: u64,
+        /// Bumped by every event on it.
+        epoch: u64,
+        /// The eventfds of the waiters sharing it.
+        wakers: Vec<RawFd>,
     }
-}
 
-/// This thread's inotify instance, made on first use.
-#[cfg(target_os = "linux")]
-fn thread_inotify() -> Option<RawFd> {
-    INOTIFY.with(|slot| {
-        let mut slot = slot.borrow_mut();
+    struct Instance {
+        pid: u32,
+        fd: OwnedFd,
+        watches: HashMap<libc::c_int, Watched>,
+        generations: u64,
+    }
+
+    static INSTANCE: Mutex<Option<Instance>> = Mutex::new(None);
+
+    /// One waiter's share of a watch.
+    #[derive(Debug)]
+    pub(super) struct Registration {
+        pub(super) instance: RawFd,
+        wd: libc::c_int,
+        generation: u64,
+        seen: std::cell::Cell<u64>,
+        pub(super) waker: OwnedFd,
+    }
+
+    fn lock() -> std::sync::MutexGuard<'static, Option<Instance>> {
+        INSTANCE.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Watches the directory open as `dir` (through `/proc/self/fd/N`, so the very inode that
+    /// was judged, whatever its name is now). `None` when inotify is not available.
+    pub(super) fn register(dir: RawFd) -> Option<Registration> {
+        // SAFETY: eventfd with valid flags returns a new descriptor or -1.
+        let waker =
+            owned(check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }).ok()?);
+        let path = CString::new(format!("/proc/self/fd/{dir}")).ok()?;
+        let mut slot = lock();
         let pid = getpid();
-        if let Some((owner, fd)) = &*slot {
-            if *owner == pid {
-                return Some(fd.as_raw_fd());
-            }
+        if slot.as_ref().is_none_or(|i| i.pid != pid) {
+            // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
+            let fd =
+                check(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) }).ok()?;
+            // A forked parent's instance is dropped here: only this process's copy closes.
+            *slot = Some(Instance {
+                pid,
+                fd: owned(fd),
+                watches: HashMap::new(),
+                generations: 0,
+            });
         }
-        // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
-        let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
-        if fd < 0 {
+        let inst = slot.as_mut().expect("just made");
+        // SAFETY: the instance is open and `path` is NUL-terminated.
+        let wd = unsafe { libc::inotify_add_watch(inst.fd.as_raw_fd(), path.as_ptr(), MASK) };
+        if wd < 0 {
             return None;
         }
-        let fd = owned(fd);
-        let raw = fd.as_raw_fd();
-        // A forked parent's instance is dropped here: only this process's reference goes (and
-        // with it any pending watch number, which belonged to that instance).
-        PENDING.with(|p| p.set(None));
-        *slot = Some((pid, fd));
-        Some(raw)
-    })
-}
+        inst.generations += 1;
+        let fresh = inst.generations;
+        let watched = inst.watches.entry(wd).or_insert(Watched {
+            generation: fresh,
+            epoch: 0,
+            wakers: Vec::new(),
+        });
+        watched.wakers.push(waker.as_raw_fd());
+        Some(Registration {
+            instance: inst.fd.as_raw_fd(),
+            wd,
+            generation: watched.generation,
+            seen: std::cell::Cell::new(watched.epoch),
+            waker,
+        })
+    }
 
-/// Reads and discards the queued inotify events: one read takes everything queued so far (an
-/// event arriving later makes the next poll return at once, and the caller's re-check sorts
-/// that out).
-#[cfg(target_os = "linux")]
-fn drain(fd: RawFd) {
-    let mut buf = [0u8; 4096];
-    // SAFETY: reads into a local buffer of the given length from a non-blocking inotify fd.
-    unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-}
+    /// Reads every queued event, bumps the watches they name and wakes their waiters.
+    pub(super) fn dispatch() {
+        let mut slot = lock();
+        let Some(inst) = slot.as_mut().filter(|i| i.pid == getpid()) else {
+            return;
+        };
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reads into a local buffer of the given length from the non-blocking
+            // instance.
+            let n = unsafe { libc::read(inst.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return; // EAGAIN: drained (or an error that the next poll reports again)
+            }
+            let mut at = 0;
+            while at + std::mem::size_of::<libc::inotify_event>() <= n as usize {
+                // SAFETY: the kernel wrote whole events; the header is read unaligned from the
+                // byte buffer.
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+                at += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+                let gone = ev.mask & libc::IN_IGNORED != 0;
+                if let Some(w) = inst.watches.get_mut(&ev.wd) {
+                    w.epoch += 1;
+                    for &waker in &w.wakers {
+                        let one: u64 = 1;
+                        // SAFETY: writes 8 bytes to a waiter's eventfd; the waiter removes it
+                        // from this list (under this lock) before closing it.
+                        unsafe { libc::write(waker, (&one as *const u64).cast(), 8) };
+                    }
+                }
+                if gone {
+                    // The kernel dropped the watch (its inode died): forget the number.
+                    inst.watches.remove(&ev.wd);
+                }
+            }
+        }
+    }
 
-impl Drop for Watch {
-    fn drop(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let Some((fd, wd)) = self.inotify {
-            // Leave it pending (see PENDING); an older pending one goes now.
-            remove_pending(fd);
-            PENDING.with(|p| p.set(Some(wd)));
+    impl Registration {
+        /// Whether an event on this watch was seen since the last call (and consumes the
+        /// waiter's wake-up).
+        pub(super) fn changed(&self) -> bool {
+            let mut buf = 0u64;
+            // SAFETY: reads 8 bytes into a local u64 from our non-blocking eventfd.
+            let woken =
+                unsafe { libc::read(self.waker.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) }
+                    == 8;
+            let slot = lock();
+            let epoch = slot
+                .as_ref()
+                .and_then(|i| i.watches.get(&self.wd))
+                .filter(|w| w.generation == self.generation)
+                .map(|w| w.epoch);
+            let changed = woken || epoch != Some(self.seen.get());
+            if let Some(e) = epoch {
+                self.seen.set(e);
+            }
+            changed
+        }
+    }
+
+    impl Drop for Registration {
+        fn drop(&mut self) {
+            let mut slot = lock();
+            let Some(inst) = slot.as_mut().filter(|i| i.fd.as_raw_fd() == self.instance) else {
+                return;
+            };
+            let waker = self.waker.as_raw_fd();
+            let last = match inst.watches.get_mut(&self.wd) {
+                Some(w) if w.generation == self.generation => {
+                    w.wakers.retain(|&f| f != waker);
+                    w.wakers.is_empty()
+                }
+                _ => false,
+            };
+            if last {
+                inst.watches.remove(&self.wd);
+                // SAFETY: removes a watch of our open instance; one the kernel already dropped
+                // just fails.
+                unsafe { libc::inotify_rm_watch(inst.fd.as_raw_fd(), self.wd) };
+            }
         }
     }
 }
@@ -418,6 +532,28 @@ impl System for Real {
 
     fn token(&self) -> String {
         uuid::Uuid::new_v4().to_string()
+    }
+
+    fn own_token(&self, token: &str, own: bool) {
+        let pid = getpid();
+        let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
+        if tokens.as_ref().is_none_or(|(p, _)| *p != pid) {
+            *tokens = Some((pid, Default::default()));
+        }
+        let (_, set) = tokens.as_mut().expect("just made");
+        if own {
+            set.insert(token.to_owned());
+        } else {
+            set.remove(token);
+        }
+    }
+
+    fn wrote(&self, token: &str) -> bool {
+        let pid = getpid();
+        let tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
+        tokens
+            .as_ref()
+            .is_some_and(|(p, set)| *p == pid && set.contains(token))
     }
 
     fn open_dir_path(&self, path: &Path) -> io::Result<OwnedFd> {
@@ -548,10 +684,11 @@ impl System for Real {
         }
     }
 
-    fn rename_noreplace(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+    fn rename_noreplace(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<Renamed> {
         match self.rename_exclusive(at, from, to) {
+            Ok(()) => return Ok(Renamed::Exclusive),
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
-            other => return other,
+            Err(e) => return Err(e),
         }
         let (f, t) = (cstr(from)?, cstr(to)?);
         // Plain rename replaces only an empty directory; the protocol's lock directories are
@@ -560,7 +697,7 @@ impl System for Real {
         retry(|| unsafe {
             libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr())
         })?;
-        Ok(())
+        Ok(Renamed::Plain)
     }
 
     fn rename_exclusive(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
@@ -573,7 +710,7 @@ impl System for Real {
         #[cfg(target_os = "linux")]
         {
             let (f, t) = (cstr(from)?, cstr(to)?);
-            while !NO_RENAMEAT2.load(Ordering::Relaxed) {
+            loop {
                 // SAFETY: both names are NUL-terminated and relative to the open directory
                 // `at`; renameat2 takes no pointers beyond them.
                 let ret = unsafe {
@@ -594,22 +731,18 @@ impl System for Real {
                     // Interrupted (NFS `intr` mounts): try again. Had the rename happened, the
                     // retry fails and the caller checks whether the target is its own.
                     Some(libc::EINTR) => continue,
-                    // The kernel or this filesystem does not know the flag: remember it, once
-                    // and for all.
-                    Some(libc::EINVAL) | Some(libc::ENOSYS) => {
-                        NO_RENAMEAT2.store(true, Ordering::Relaxed)
-                    }
+                    // The kernel or this filesystem does not know the flag (asked again next
+                    // time: another filesystem may know it).
+                    Some(libc::EINVAL) | Some(libc::ENOSYS) => return Err(unsupported()),
                     _ => return Err(e),
                 }
             }
         }
         #[cfg(not(target_os = "linux"))]
-        let _ = (at, from, to);
-        Err(unsupported())
-    }
-
-    fn rename_is_plain(&self) -> bool {
-        !cfg!(target_os = "linux") || NO_RENAMEAT2.load(Ordering::Relaxed)
+        {
+            let _ = (at, from, to);
+            Err(unsupported())
+        }
     }
 
     fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
@@ -706,24 +839,7 @@ impl System for Real {
 
     #[cfg(target_os = "linux")]
     fn watch(&self, lock: &OwnedFd, pid: Option<u32>) -> io::Result<Option<Watch>> {
-        // Watching /proc/self/fd/N follows the magic link to the very inode we judged,
-        // whatever its name is now. The final close of the holder's beacon (its release or its
-        // death: the moment the kernel drops its flock) raises IN_CLOSE_NOWRITE; a release
-        // first moves the directory (IN_MOVE_SELF).
-        let inotify = thread_inotify().and_then(|ifd| {
-            // Before adding: a watch on the same inode would come back with the same number.
-            remove_pending(ifd);
-            drain(ifd);
-            let path = CString::new(format!("/proc/self/fd/{}", lock.as_raw_fd())).ok()?;
-            let mask = libc::IN_CLOSE_NOWRITE
-                | libc::IN_CLOSE_WRITE
-                | libc::IN_MOVE_SELF
-                | libc::IN_DELETE_SELF
-                | libc::IN_ATTRIB;
-            // SAFETY: `ifd` is an inotify instance and `path` is NUL-terminated.
-            let wd = unsafe { libc::inotify_add_watch(ifd, path.as_ptr(), mask) };
-            (wd >= 0).then_some((ifd, wd))
-        });
+        let inotify = inotify::register(lock.as_raw_fd());
         let pidfd = pid.and_then(|pid| {
             // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
             let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
@@ -732,11 +848,7 @@ impl System for Real {
         if inotify.is_none() && pidfd.is_none() {
             return Ok(None);
         }
-        Ok(Some(Watch {
-            inotify,
-            pidfd,
-            _not_send: std::marker::PhantomData,
-        }))
+        Ok(Some(Watch { inotify, pidfd }))
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -753,19 +865,26 @@ impl System for Real {
         if cancel.is_some_and(|c| c.is_fired()) {
             return Ok(Wake::Cancelled);
         }
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
-        let cancel_fd = cancel.map(|c| c.read.as_raw_fd());
-        for fd in cancel_fd
+        // Slots: the cancel's fd, the shared inotify instance, this waiter's eventfd, the
+        // holder's pidfd (each only when there is one; -1 is ignored by poll).
+        let cancel_fd = cancel.map_or(-1, |c| c.read.as_raw_fd());
+        #[cfg(target_os = "linux")]
+        let reg = watch.and_then(|w| w.inotify.as_ref());
+        #[cfg(target_os = "linux")]
+        let (instance, waker) = reg.map_or((-1, -1), |r| (r.instance, r.waker.as_raw_fd()));
+        #[cfg(not(target_os = "linux"))]
+        let (instance, waker) = (-1, -1);
+        let pidfd = watch
+            .and_then(|w| w.pidfd.as_ref())
+            .map_or(-1, |f| f.as_raw_fd());
+        let mut fds: Vec<libc::pollfd> = [cancel_fd, instance, waker, pidfd]
             .into_iter()
-            .chain(watch.and_then(|w| w.inotify).map(|(fd, _)| fd))
-            .chain(watch.and_then(|w| w.pidfd.as_ref()).map(|f| f.as_raw_fd()))
-        {
-            fds.push(libc::pollfd {
+            .map(|fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
                 revents: 0,
-            });
-        }
+            })
+            .collect();
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -781,12 +900,25 @@ impl System for Real {
             if n == 0 {
                 return Ok(Wake::TimedOut);
             }
-            if cancel_fd.is_some() && fds[0].revents != 0 {
+            if fds[0].revents != 0 {
                 return Ok(Wake::Cancelled);
             }
+            if fds[3].revents != 0 {
+                return Ok(Wake::Changed); // the holder exited (or its pidfd says something)
+            }
             #[cfg(target_os = "linux")]
-            if let Some((fd, _)) = watch.and_then(|w| w.inotify) {
-                drain(fd); // consumed: the next sleep waits for new events
+            if let Some(reg) = reg {
+                if fds[1].revents != 0 {
+                    inotify::dispatch();
+                }
+                if reg.changed() {
+                    return Ok(Wake::Changed);
+                }
+                // Another waiter's event: sleep on.
+                for f in &mut fds {
+                    f.revents = 0;
+                }
+                continue;
             }
             return Ok(Wake::Changed);
         }
@@ -838,7 +970,7 @@ fn forwarded_set() -> libc::sigset_t {
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and every thread it starts later),
-/// so that they can be received with `sigwait` by [`forward_signals`]. Call it first thing in
+/// so that they can be received with `sigwait` by [`on_signals`]. Call it first thing in
 /// `main`, before any thread exists. Children inherit the mask: spawn them with
 /// [`unblock_forwarded_in_child`].
 ///
@@ -874,14 +1006,12 @@ pub fn unblock_forwarded_in_child(cmd: &mut std::process::Command) {
     }
 }
 
-/// Starts a thread that forwards to process `child` every SIGINT, SIGTERM and SIGHUP that
-/// another process sends this one with `kill` (which must have been spawned after
-/// [`block_forwarded_signals`]). Signals the kernel generates for a terminal (Ctrl-C, hangup)
-/// are not forwarded: they go to the whole foreground process group, the child included, and
-/// forwarding them would deliver them twice. Returns the last signal forwarded (0: none).
-pub fn forward_signals(child: u32) -> Arc<std::sync::atomic::AtomicI32> {
-    let last = Arc::new(std::sync::atomic::AtomicI32::new(0));
-    let seen = last.clone();
+/// Starts a thread that receives every SIGINT, SIGTERM and SIGHUP (which must be blocked in
+/// every thread: see [`block_forwarded_signals`]) and calls `handler(signal, from_process)`,
+/// where `from_process` says whether another process sent it with `kill` (rather than the
+/// kernel, for a terminal's Ctrl-C or hangup, which reaches the whole foreground process
+/// group).
+pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
     std::thread::spawn(move || {
         let set = forwarded_set();
         loop {
@@ -893,14 +1023,40 @@ pub fn forward_signals(child: u32) -> Arc<std::sync::atomic::AtomicI32> {
                 continue; // EINTR
             }
             // si_code <= 0: sent by a process (SI_USER, SI_QUEUE, SI_TKILL); > 0: the kernel.
-            if info.si_code > 0 {
-                continue;
-            }
-            seen.store(sig, Ordering::SeqCst);
-            // SAFETY: sends a signal to our child's pid; at worst (the child was reaped) the
-            // pid is gone and kill fails with ESRCH.
-            unsafe { libc::kill(child as libc::pid_t, sig) };
+            handler(sig, info.si_code <= 0);
         }
     });
-    last
+}
+
+/// Sends `sig` to process `pid` (at worst the pid is gone and nothing happens).
+pub fn send_signal(pid: u32, sig: i32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: kill takes no pointers; a stale pid fails with ESRCH.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Makes the child that `cmd` spawns die (`SIGKILL`) when this process dies, however it dies:
+/// the kernel sends the signal when the spawning thread exits (Linux `PR_SET_PDEATHSIG`; spawn
+/// from the thread that lives as long as the process). A parent that died before the setting
+/// took effect is caught by checking the parent pid after it. Elsewhere this does nothing.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let parent = getpid() as libc::pid_t;
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
+        // getppid and raise, which are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
+                if libc::getppid() != parent {
+                    libc::raise(libc::SIGKILL);
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = cmd;
 }

@@ -4,6 +4,7 @@
 //   try <root>                          take the repository lock once: "ran" or "error <reason>"
 //   hold <root> <ready> <release>       hold it, create <ready>, wait for <release>
 //   sections <home> <work> <n>          n global-setup sections (waiting), logged in <work>
+//   repo-sections <root> <work> <n>     n repository-lock sections, each retried until it runs
 import * as fs from "node:fs"
 import { Effect } from "effect"
 import {
@@ -33,14 +34,28 @@ if (mode === "path") {
     return "released"
   })
   await Effect.runPromise(withRepositoryLock(a, body)).then(console.log, report)
-} else if (mode === "sections") {
+} else if (mode === "sections" || mode === "repo-sections") {
   const section = Effect.sync(() => {
     const log = `${b}/log`
     fs.appendFileSync(log, `enter ${process.pid}\n`)
     try {
       fs.writeFileSync(`${b}/occupied`, String(process.pid), { flag: "wx" })
     } catch {
-      fs.appendFileSync(log, `overlap ${process.pid}\n`)
+      // A marker is there: fine only if its section is dead (killed inside, with its
+      // wrapper). A dying process may take a moment; a live one stays alive.
+      const other = fs.readFileSync(`${b}/occupied`, "utf8").trim()
+      const alive = () => {
+        try {
+          const stat = fs.readFileSync(`/proc/${other}/stat`, "utf8")
+          return !stat.slice(stat.lastIndexOf(")") + 1).trim().startsWith("Z")
+        } catch {
+          return false
+        }
+      }
+      const until = Date.now() + 1000
+      while (alive() && Date.now() < until) {}
+      if (alive()) fs.appendFileSync(log, `overlap ${process.pid} ${other}\n`)
+      fs.writeFileSync(`${b}/occupied`, String(process.pid))
     }
     let n = 0
     try { n = Number(fs.readFileSync(`${b}/counter`, "utf8")) } catch {}
@@ -50,6 +65,19 @@ if (mode === "path") {
     fs.rmSync(`${b}/occupied`)
   })
   for (let i = 0; i < Number(c); i++) {
-    await Effect.runPromise(withGlobalSetupLock(a, section, Effect.sleep(2))).catch(report)
+    if (mode === "sections") {
+      await Effect.runPromise(withGlobalSetupLock(a, section, Effect.sleep(2))).catch(report)
+      continue
+    }
+    // The repository lock fails fast (and reclaims a dead owner's past its grace period):
+    // retry until this section has run.
+    for (;;) {
+      const ran = await Effect.runPromise(withRepositoryLock(a, section)).then(
+        () => true,
+        () => false,
+      )
+      if (ran) break
+      await sleep(5)
+    }
   }
 }

@@ -143,7 +143,7 @@ fn a_waiting_run_says_once_who_holds_the_lock() {
     let err = text(&out.stderr);
     assert_eq!(err.matches("waiting for").count(), 1, "{err}");
     assert!(
-        err.contains("(sync)") && err.contains("after waiting"),
+        err.contains("(purpose: sync)") && err.contains("after waiting"),
         "{err}"
     );
     let out = dirlock(
@@ -198,36 +198,39 @@ fn sigint_is_forwarded_and_the_lock_released_after_the_command_exits() {
     );
 }
 
+/// The command dies with a killed wrapper (hardening tests), but what it started in the
+/// background inherited the beacon: dirlock contenders stay out until that is gone too, and
+/// then the kernel proves the owner gone and the lock is taken at once.
 #[test]
-fn a_killed_wrapper_leaves_the_lock_held_until_its_command_exits() {
+fn what_the_command_left_running_keeps_the_lock_until_it_exits() {
     let fx = Fixture::new();
     let pidfile = fx.tmp.path().join("pid");
     let script = format!(
-        "echo $$ > {}.tmp && mv {0}.tmp {0}; exec sleep 30",
+        "sleep 300 & echo $! > {}.tmp && mv {0}.tmp {0}; wait",
         pidfile.display()
     );
-    let mut run = Command::new(BIN)
-        .args(["run", "--dir"])
-        .arg(fx.dir())
-        .args(["--lock", "k.lock", "--", "sh", "-c", &script])
-        .spawn()
-        .unwrap();
-    wait_for(&pidfile);
-    run.kill().unwrap();
-    run.wait().unwrap();
+    let mut run = ChildGuard::spawn(
+        Command::new(BIN)
+            .args(["run", "--dir"])
+            .arg(fx.dir())
+            .args(["--lock", "k.lock", "--", "sh", "-c", &script]),
+    );
+    let background = read_pid(&pidfile);
+    let _background = PidGuard(background);
+    run.0.kill().unwrap();
+    run.0.wait().unwrap();
     let out = dirlock(fx.dir(), &["run", "--lock", "k.lock", "--", "true"]);
     assert_eq!(
         out.status.code(),
         Some(75),
-        "the command still holds the beacon: {}",
+        "the background process still holds the beacon: {}",
         text(&out.stderr)
     );
-    let child = std::fs::read_to_string(&pidfile).unwrap().trim().to_owned();
     Command::new("kill")
-        .args(["-KILL", &child])
+        .args(["-KILL", &background.to_string()])
         .status()
         .unwrap();
-    // The kernel now proves the owner gone: taken at once (the command may take a moment to die).
+    // The kernel now proves the owner gone: taken at once (the process may take a moment to die).
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let out = dirlock(fx.dir(), &["run", "--lock", "k.lock", "--", "true"]);

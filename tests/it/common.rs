@@ -194,3 +194,191 @@ pub fn uuid_like() -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// A child process in a process group of its own, killed with everything it started (and
+/// reaped) when the guard is dropped, also when a test panics.
+pub struct ChildGuard(pub Child);
+
+/// SIGKILLs process group `pgid` (what a child started lives on in it).
+pub fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl ChildGuard {
+    pub fn spawn(mut cmd: impl std::borrow::BorrowMut<Command>) -> ChildGuard {
+        use std::os::unix::process::CommandExt;
+        ChildGuard(cmd.borrow_mut().process_group(0).spawn().unwrap())
+    }
+
+    /// Waits up to `limit` for the child to exit; `None` if it is still running (it is killed
+    /// when the guard drops).
+    pub fn wait_for(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        kill_group(self.0.id());
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A process that is not our child (a grandchild): SIGKILLed when the guard is dropped.
+pub struct PidGuard(pub u32);
+
+impl Drop for PidGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.0.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Whether `pid` is a running process (a zombie counts as gone).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .next();
+            !matches!(state, Some("Z") | Some("X"))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits up to `limit` for `cond`; returns whether it came true.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Reads a pid written to `path` by a script (waits up to 20 s for it).
+pub fn read_pid(path: &Path) -> u32 {
+    assert!(
+        eventually(Duration::from_secs(20), || std::fs::read_to_string(path)
+            .is_ok_and(|s| s.ends_with('\n'))),
+        "{} never appeared",
+        path.display()
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// This kernel's boot id.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// Whether a test must skip because the machine lacks what it needs: prints one line naming
+/// the test and the need, and returns `true`. With `DIRLOCK_TEST_REQUIRE_ALL=1` (CI) a missing
+/// need fails the test instead.
+pub fn lacks(test: &str, need: &str, have: bool) -> bool {
+    if have {
+        return false;
+    }
+    if std::env::var_os("DIRLOCK_TEST_REQUIRE_ALL").is_some_and(|v| v == "1") {
+        panic!("{test}: needs {need} (DIRLOCK_TEST_REQUIRE_ALL=1 forbids skipping)");
+    }
+    eprintln!("skipped {test}: needs {need}");
+    true
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Whether `program` can be run (it answers `--version`).
+pub fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// A FUSE mount (`bindfs`) of a private directory, whose `renameat2` refuses
+/// `RENAME_NOREPLACE` (the plain-rename fallback runs there); unmounted on drop.
+pub struct Fuse {
+    pub dir: tempfile::TempDir,
+}
+
+impl Fuse {
+    /// `None` (after saying why) where bindfs or FUSE is missing.
+    pub fn mount(test: &str) -> Option<Fuse> {
+        let usable = is_root() && have("bindfs") && Path::new("/dev/fuse").exists();
+        if lacks(test, "root, /dev/fuse and bindfs", usable) {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::create_dir(dir.path().join("mnt")).unwrap();
+        let ok = Command::new("bindfs")
+            .arg(dir.path().join("src"))
+            .arg(dir.path().join("mnt"))
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "bindfs failed");
+        Some(Fuse { dir })
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+}
+
+impl Drop for Fuse {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let ok = Command::new("fusermount")
+                .args(["-u", "-z"])
+                .arg(self.path())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+                || Command::new("umount")
+                    .arg("-l")
+                    .arg(self.path())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

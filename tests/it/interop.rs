@@ -337,3 +337,175 @@ fn exclusion_holds_across_both_implementations() {
     );
     eprintln!("interop: {exits} sections across both, reference errors: {reference_errors:?}");
 }
+
+/// Item 1 of the hardening: the reference judges a `dirlock run` lock by the wrapper's pid. A
+/// SIGKILLed wrapper must take its command with it, so that when the reference finds the
+/// wrapper dead (and reclaims after its grace period) nothing runs under the lock any more.
+#[test]
+fn the_reference_never_runs_beside_the_command_of_a_killed_wrapper() {
+    let s = Shared::new();
+    let r = s.repo();
+    let r = r.to_str().unwrap();
+    let pidfile = s.tmp.path().join("pid");
+    let script = format!(
+        "echo $$ > {}.tmp && mv {0}.tmp {0}; exec sleep 300",
+        pidfile.display()
+    );
+    let mut wrapper = ChildGuard::spawn(
+        Command::new(BIN)
+            .args([
+                "run",
+                "--app",
+                "apnea",
+                "--repository",
+                r,
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .env("TMPDIR", s.tmpdir()),
+    );
+    let command = read_pid(&pidfile);
+    let _command = PidGuard(command);
+    let lock = PathBuf::from(
+        String::from_utf8(
+            s.dirlock(&["path", "--app", "apnea", "--repository", r])
+                .stdout,
+        )
+        .unwrap()
+        .trim_end(),
+    );
+    wrapper.0.kill().unwrap();
+    wrapper.0.wait().unwrap();
+    // Past the reference's grace period as far as the lock's age goes.
+    set_age(&lock, Duration::from_secs(61));
+    let ran = eventually(Duration::from_secs(30), || {
+        if s.node_out(&["try", r]) == "ran" {
+            assert!(
+                !alive(command),
+                "the reference ran while the command (pid {command}) still runs"
+            );
+            true
+        } else {
+            set_age(&lock, Duration::from_secs(61));
+            false
+        }
+    });
+    assert!(ran, "the reference never reclaimed the dead wrapper's lock");
+}
+
+/// The chaos layer with both implementations: `dirlock run` wrappers and the reference's
+/// sections take turns on one repository lock while a killer SIGKILLs dirlock wrappers (holding or
+/// waiting) and an ager keeps the lock looking older than the reference's grace period, so the
+/// reference reclaims a dead wrapper's lock at once. Their commands die with them, so the
+/// reference never runs beside one.
+#[test]
+fn exclusion_holds_across_both_with_killed_wrappers() {
+    let s = Shared::new();
+    let home = s.repo();
+    let work = s.tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let script = s.tmp.path().join("section.sh");
+    // The chaos section, a little slower: a command that outlived its wrapper would still be
+    // inside when the reference came in.
+    std::fs::write(
+        &script,
+        crate::chaos::SECTION.replace("rm -f \"mine.$$\"", "rm -f \"mine.$$\"; sleep 0.1"),
+    )
+    .unwrap();
+    let (home_s, work_s) = (
+        home.to_str().unwrap().to_owned(),
+        work.to_str().unwrap().to_owned(),
+    );
+    let lock = PathBuf::from(
+        String::from_utf8(
+            s.dirlock(&["path", "--app", "apnea", "--repository", &home_s])
+                .stdout,
+        )
+        .unwrap()
+        .trim_end(),
+    );
+    let mut nodes: Vec<ChildGuard> = (0..2)
+        .map(|_| {
+            ChildGuard::spawn(
+                s.node(&["repo-sections", &home_s, &work_s, "15"])
+                    .stdout(Stdio::piped()),
+            )
+        })
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let running = std::sync::Mutex::new(Vec::<u32>::new());
+    let kills = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|sc| {
+        for _ in 0..3 {
+            sc.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let mut child = ChildGuard::spawn(
+                        Command::new(BIN)
+                            .args(["run", "-q", "--wait", "--app", "apnea", "--repository"])
+                            .arg(&home_s)
+                            .args(["--", "sh"])
+                            .arg(&script)
+                            .arg(&work_s)
+                            .env("TMPDIR", s.tmpdir())
+                            .stdout(Stdio::null())
+                            .stderr(Stdio::null()),
+                    );
+                    running.lock().unwrap().push(child.0.id());
+                    let _ = child.0.wait();
+                    running.lock().unwrap().retain(|p| *p != child.0.id());
+                }
+            });
+        }
+        // The killer and the ager, until both reference workers are done.
+        let mut rng = 0x2545_F491_4F6C_DD1Du64;
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while nodes.iter_mut().any(|n| n.0.try_wait().unwrap().is_none()) {
+            assert!(
+                Instant::now() < deadline,
+                "the reference workers never finished"
+            );
+            std::thread::sleep(Duration::from_millis(40));
+            if lock.exists() {
+                let _ = std::fs::File::open(&lock).and_then(|f| {
+                    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(61))
+                });
+            }
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            if rng % 3 == 0 {
+                let victim = {
+                    let r = running.lock().unwrap();
+                    r.get(rng as usize / 3 % r.len().max(1)).copied()
+                };
+                if let Some(pid) = victim {
+                    if Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .stderr(Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success())
+                    {
+                        kills.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let mut reference_errors = String::new();
+    for n in &mut nodes {
+        if let Some(mut out) = n.0.stdout.take() {
+            let _ = std::io::Read::read_to_string(&mut out, &mut reference_errors);
+        }
+    }
+    let (entered, exits) = crate::chaos::check_log(&work);
+    let kills = kills.into_inner();
+    eprintln!("reference errors: {reference_errors}");
+    eprintln!("interop chaos: {entered} sections entered, {exits} completed, {kills} dirlock wrappers SIGKILLed");
+    assert!(
+        kills > 3 && exits > 20,
+        "too little happened to prove anything"
+    );
+}

@@ -7,6 +7,7 @@ mod common;
 mod contention;
 mod crash;
 mod faults;
+mod hardening;
 mod hostile;
 mod interop;
 mod names;

@@ -1,0 +1,59 @@
+//! Text that came from disk or the environment, made safe to print: a record's purpose, host
+//! or writer, a directory entry's name, a path built from `TMPDIR`. Control characters (C0,
+//! DEL, C1: escape sequences, newlines, carriage returns) and the invisible Unicode controls
+//! that reorder text are shown as `\u{..}` escapes, so nothing read from a lock can move the
+//! cursor, rewrite the screen or forge a line of output.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Whether `c` must not reach a terminal as itself.
+fn hazardous(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `s` with every hazardous character escaped as `\u{..}` (and `\` itself left alone: the
+/// escapes are for reading, not for parsing back).
+pub fn escape(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(hazardous) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if hazardous(c) {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A path for a message: lossy where it is not UTF-8, escaped where it holds hazards.
+pub fn path(p: &Path) -> String {
+    escape(&p.to_string_lossy()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hazards_are_escaped_and_the_rest_kept() {
+        assert_eq!(escape("sync é 日本"), "sync é 日本");
+        assert_eq!(
+            escape("\u{1b}[2J\n\r\u{7}\u{9b}\u{7f}x"),
+            "\\u{1b}[2J\\u{a}\\u{d}\\u{7}\\u{9b}\\u{7f}x"
+        );
+        assert_eq!(escape("a\u{202e}b"), "a\\u{202e}b");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaped_text_has_no_control_characters(s in ".*") {
+            proptest::prop_assert!(!escape(&s).chars().any(hazardous));
+        }
+    }
+}

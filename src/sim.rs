@@ -1722,11 +1722,12 @@ mod tests {
     #[test]
     fn regressions() {
         // A sweep reaped a releaser's fresh tombstone before the releaser checked it; the
-        // release reported its lock lost although it had retired it (found by the soak).
+        // release reported its lock lost although it had retired it (found by the soak at
+        // seed 18619; the schedule is seed 674 since the model gained scheduling points).
         let mut scripts = workers(3, Wait::Timeout(Duration::from_secs(3)));
         scripts.push(Script::Sweeper);
-        if let Err(v) = run(&config(scripts, Mutant::None), &mut Random::new(18619)) {
-            panic!("seed 18619:\n{v}");
+        if let Err(v) = run(&config(scripts, Mutant::None), &mut Random::new(674)) {
+            panic!("seed 674:\n{v}");
         }
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[non_exhaustive]
 pub enum Error {
     /// Another process holds the lock and is judged live (or cannot be judged from here).
-    #[error("{}", held(lock, resource, owner, judgement, *since))]
+    #[error("{}", self.with_advice())]
     Locked {
         /// The lock directory.
         lock: PathBuf,
@@ -31,7 +31,7 @@ pub enum Error {
     },
     /// The wait for the lock ran out.
     #[error("gave up on {} after waiting {}: {}", subject(lock, resource), secs(*waited),
-        match owner { Some(o) => format!("it is held by {o}"), None => "it kept changing hands".into() })]
+        match owner { Some(o) => format!("it is held by {}", holder(o)), None => "it kept changing hands".into() })]
     Timeout {
         /// The lock directory.
         lock: PathBuf,
@@ -74,8 +74,7 @@ pub enum Error {
         remaining: Option<Duration>,
     },
     /// The lock's owner record cannot be trusted; it is never removed automatically.
-    #[error("{} has a malformed owner record: {problem}; nothing removes it automatically: check that no process uses it, then run `dirlock unlock --force` (it refuses while a process holds the lock) or remove {} by hand",
-        subject(lock, resource), text::path(lock))]
+    #[error("{}", self.with_advice())]
     Malformed {
         /// The lock directory.
         lock: PathBuf,
@@ -107,8 +106,7 @@ pub enum Error {
         pid: u32,
     },
     /// Taking this lock now would break the lock order (global setup first, then repository).
-    #[error("cannot take {} while this thread holds the repository lock {}: take the global setup lock first (Locks::with_setup_locks does)",
-        subject(lock, resource), text::path(held))]
+    #[error("{}", self.with_advice())]
     LockOrder {
         /// The lock that was asked for.
         lock: PathBuf,
@@ -149,7 +147,7 @@ pub enum Error {
         fix: String,
     },
     /// An argument is unusable (an application or lock name, say).
-    #[error("invalid {}: {problem}", text::escape(what))]
+    #[error("cannot use {}: {problem}", text::escape(what))]
     InvalidInput {
         /// Which argument, with its value.
         what: String,
@@ -170,6 +168,74 @@ pub enum Error {
 }
 
 impl Error {
+    /// The message without the advice on what to do: what happened and to which lock. A
+    /// caller that words the advice its own way (the `dirlock` command names its flags where
+    /// the library names [`crate::Wait`]) appends its own to this.
+    pub fn facts(&self) -> String {
+        match self {
+            Error::Locked {
+                lock,
+                resource,
+                owner,
+                judgement,
+                since,
+            } => format!(
+                "{} is held by {} since {}, judged {}",
+                subject(lock, resource),
+                holder(owner),
+                when(*since),
+                text::escape(&judgement.to_string())
+            ),
+            Error::Malformed {
+                lock,
+                resource,
+                problem,
+            } => format!(
+                "{} has a malformed owner record: {}; nothing removes it automatically",
+                subject(lock, resource),
+                text::escape(problem)
+            ),
+            Error::LockOrder {
+                lock,
+                resource,
+                held,
+            } => format!(
+                "cannot take {} while this thread holds the repository lock {}",
+                subject(lock, resource),
+                text::path(held)
+            ),
+            other => other.to_string(),
+        }
+    }
+
+    /// What to do, in the library's terms, for the errors whose message says it apart from
+    /// [`Error::facts`].
+    fn advice(&self) -> Option<String> {
+        Some(match self {
+            Error::Locked { judgement, .. } if judgement.liveness == crate::Liveness::Unknown => {
+                "it is never reclaimed automatically: check the holder where it ran, and once it is gone remove the lock by hand".into()
+            }
+            Error::Locked { .. } => {
+                "retry when it finishes, or wait for it (`Wait::Forever` or `Wait::Timeout`)".into()
+            }
+            Error::Malformed { lock, .. } => format!(
+                "check that no process uses it, then remove it with `LockRequest::unlock(true)` (which refuses while a process holds a lock on it) or remove {} by hand",
+                text::path(lock)
+            ),
+            Error::LockOrder { .. } => {
+                "take the global setup lock first (`Locks::with_setup_locks` does)".into()
+            }
+            _ => return None,
+        })
+    }
+
+    fn with_advice(&self) -> String {
+        match self.advice() {
+            Some(advice) => format!("{}; {advice}", self.facts()),
+            None => self.facts(),
+        }
+    }
+
     /// Whether the error means "someone else has the lock" (held, stale, being reclaimed, held
     /// by our parent, or the wait ran out) rather than a failure.
     pub fn is_contended(&self) -> bool {
@@ -220,6 +286,15 @@ impl From<Error> for io::Error {
     }
 }
 
+/// The holder in words: "this process (pid 42 ...)" when it is this very process.
+fn holder(owner: &Owner) -> String {
+    if owner.pid == std::process::id() {
+        format!("this process ({owner})")
+    } else {
+        owner.to_string()
+    }
+}
+
 fn subject(lock: &std::path::Path, resource: &str) -> String {
     format!(
         "the lock {} for {}",
@@ -237,8 +312,9 @@ fn stale(
     clock_ahead: bool,
 ) -> String {
     let head = format!(
-        "{} is held by {owner}, judged {}",
+        "{} is held by {}, judged {}",
         subject(lock, resource),
+        holder(owner),
         text::escape(&judgement.to_string())
     );
     if clock_ahead {
@@ -252,28 +328,6 @@ fn stale(
             secs(remaining)
         )
     }
-}
-
-fn held(
-    lock: &std::path::Path,
-    resource: &str,
-    owner: &Owner,
-    judgement: &Judgement,
-    since: SystemTime,
-) -> String {
-    let mut s = format!(
-        "{} is held by {owner} since {}, judged {}; ",
-        subject(lock, resource),
-        when(since),
-        text::escape(&judgement.to_string())
-    );
-    s.push_str(match judgement.liveness {
-        crate::Liveness::Unknown => {
-            "it is never reclaimed automatically: check the holder where it ran, and once it is gone remove the lock by hand"
-        }
-        _ => "retry when it finishes, or wait for it (Wait::Forever, `dirlock run --wait`)",
-    });
-    s
 }
 
 pub(crate) fn secs(d: Duration) -> String {

@@ -170,6 +170,14 @@ impl LockGuard {
     pub fn keep_alive_in(&self, cmd: &mut std::process::Command) {
         use std::os::fd::AsRawFd;
         crate::sys::keep_open_in_child(cmd, self.held().beacon.as_raw_fd());
+        self.name_in(cmd);
+    }
+
+    /// Names this lock in `DIRLOCK_HELD` for the child that `cmd` spawns, so that a nested
+    /// acquisition of the same lock there is refused ([`Error::HeldByParent`]) instead of
+    /// waiting for its own parent; the child does not keep the lock alive (see
+    /// [`LockGuard::keep_alive_in`] for that).
+    pub fn name_in(&self, cmd: &mut std::process::Command) {
         let mut held = std::env::var(crate::locks::HELD_VAR).unwrap_or_default();
         if !held.is_empty() && !held.ends_with('\n') {
             held.push('\n');

@@ -245,10 +245,12 @@ fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error
     if !sp.sys.try_lock(&guard, false).unwrap_or(true) {
         return Ok(GuardState::Busy);
     }
-    let meta = sp
-        .sys
-        .meta(&guard)
-        .map_err(|e| Error::io("inspect the reclaim guard", sp.entry(&gname), e))?;
+    let meta = match sp.sys.meta(&guard) {
+        Ok(m) => m,
+        // Retired meanwhile (some FUSE filesystems say so for a removed directory).
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(GuardState::Absent),
+        Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(&gname), e)),
+    };
     Ok(GuardState::Leftover {
         marked: sp.sys.meta_at(&guard, GUARD_MARKER).is_ok(),
         age: age(sp.sys, meta.mtime),

@@ -166,12 +166,3 @@ pub mod __sim {
     pub use crate::paths::check_names;
     pub use crate::sim::fuzz;
 }
-
-/// Process plumbing for the `dirlock` command (signal forwarding). Not a stable API.
-#[doc(hidden)]
-pub mod __cli {
-    pub use crate::sys::{
-        block_forwarded_signals, die_with_parent, on_signals, send_signal,
-        unblock_forwarded_in_child,
-    };
-}

@@ -113,12 +113,26 @@ enum Origin {
     Dir(PathBuf),
 }
 
+/// Which private directory [`open_private`] is opening, for the advice when it is refused.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Part of the per-user namespace `<temp dir>/<app>-<uid>/operation-locks`.
+    Namespace,
+    /// A lock directory the caller chose.
+    Chosen,
+}
+
+/// What to do about a lock directory that is not private, without ever suggesting a change
+/// to a directory that others share.
+const USE_A_PRIVATE_ONE: &str = "lock directories must be private to you: use your own namespace under the temporary directory, or a directory of your own for your locks";
+
 /// Creates (mode exactly 0700) or opens the private directory `name` in `parent`.
 fn open_private(
     parent: &OwnedFd,
     parent_path: &Path,
     name: &str,
     uid: u32,
+    role: Role,
 ) -> Result<OwnedFd, Error> {
     let sys = Real;
     let path = parent_path.join(name);
@@ -127,13 +141,18 @@ fn open_private(
         Err(e) if is(&e, Errno::Exists) => false,
         Err(e) => return Err(Error::io("create the lock directory", path, e)),
     };
-    let dir = match sys.open_dir_at(parent, name) {
+    let opened = if created {
+        sys.open_made_dir_at(parent, name)
+    } else {
+        sys.open_dir_at(parent, name)
+    };
+    let dir = match opened {
         Ok(d) => d,
         Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => {
             return Err(Error::Unsafe {
                 path,
                 problem: "it is a symbolic link or not a directory".into(),
-                fix: "lock directories must be real directories: remove it and retry".into(),
+                fix: "lock directories must be real directories: name the directory itself, or another one of your own".into(),
             })
         }
         Err(e) => return Err(Error::io("open the lock directory", path, e)),
@@ -142,12 +161,16 @@ fn open_private(
         .meta(&dir)
         .map_err(|e| Error::io("inspect the lock directory", &path, e))?;
     if meta.uid != uid {
+        let fix = match role {
+            Role::Namespace => "another user made your lock namespace and may be trying to intercept your locks: have an administrator remove it, or point TMPDIR at a directory only you can write".to_owned(),
+            Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
+        };
         return Err(Error::Unsafe {
-            problem: format!("it is owned by uid {}, not by this user (uid {uid})", meta.uid),
-            fix: format!(
-                "another user may be trying to intercept your locks: remove {} as its owner, or point TMPDIR at a private directory",
-                path.display()
+            problem: format!(
+                "it is owned by uid {}, not by this user (uid {uid})",
+                meta.uid
             ),
+            fix,
             path,
         });
     }
@@ -156,9 +179,19 @@ fn open_private(
         sys.set_mode(&dir, 0o700)
             .map_err(|e| Error::io("set the mode of the lock directory", &path, e))?;
     } else if meta.mode & 0o777 != 0o700 {
+        // Never "fix" a directory that others share (a sticky or world-writable one: /tmp).
+        let shared = meta.mode & 0o1000 != 0 || meta.mode & 0o022 != 0;
+        let fix = if shared {
+            format!("it is a shared directory; {USE_A_PRIVATE_ONE}")
+        } else {
+            format!(
+                "if only you use it, make it private with `chmod 700 {}`; otherwise {USE_A_PRIVATE_ONE}",
+                crate::text::path(&path)
+            )
+        };
         return Err(Error::Unsafe {
-            problem: format!("it has mode {:o}, not 700", meta.mode & 0o777),
-            fix: format!("run `chmod 700 {}`", path.display()),
+            problem: format!("it has mode {:o}, not 700", meta.mode & 0o7777),
+            fix,
             path,
         });
     }
@@ -177,9 +210,9 @@ fn open_origin(origin: &Origin, uid: u32) -> Result<(OwnedFd, PathBuf), Error> {
                 .open_dir_path(temp)
                 .map_err(|e| Error::io("open the temporary directory", temp, e))?;
             let base_name = paths::base_name(app, uid);
-            let base = open_private(&tmp, temp, &base_name, uid)?;
+            let base = open_private(&tmp, temp, &base_name, uid, Role::Namespace)?;
             let base_path = temp.join(&base_name);
-            let dir = open_private(&base, &base_path, LOCK_DIR, uid)?;
+            let dir = open_private(&base, &base_path, LOCK_DIR, uid, Role::Namespace)?;
             Ok((dir, base_path.join(LOCK_DIR)))
         }
         Origin::Dir(path) => {
@@ -207,7 +240,10 @@ fn open_origin(origin: &Origin, uid: u32) -> Result<(OwnedFd, PathBuf), Error> {
             let p = Real
                 .open_dir_path(parent)
                 .map_err(|e| Error::io("open the parent of the lock directory", parent, e))?;
-            Ok((open_private(&p, parent, name, uid)?, path.clone()))
+            Ok((
+                open_private(&p, parent, name, uid, Role::Chosen)?,
+                path.clone(),
+            ))
         }
     }
 }

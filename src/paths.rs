@@ -77,19 +77,19 @@ pub(crate) fn base_name(app: &str, uid: u32) -> String {
 /// Checks an application name: it becomes a path component.
 pub(crate) fn check_app(app: &str) -> Result<(), &'static str> {
     if app.is_empty() {
-        return Err("is empty");
+        return Err("it is empty");
     }
     if app.len() > 100 {
-        return Err("is longer than 100 bytes");
+        return Err("it is longer than 100 bytes");
     }
     if app.starts_with('.') {
-        return Err("starts with a dot");
+        return Err("it starts with a dot");
     }
     if !app
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     {
-        return Err("has a character other than ASCII letters, digits, '-', '_' and '.'");
+        return Err("it has a character other than ASCII letters, digits, '-', '_' and '.'");
     }
     Ok(())
 }
@@ -97,24 +97,24 @@ pub(crate) fn check_app(app: &str) -> Result<(), &'static str> {
 /// Checks a caller-chosen lock name (`--lock DIR/NAME`, [`crate::Locks::named_lock`]).
 pub(crate) fn check_lock_name(name: &str) -> Result<(), &'static str> {
     if !name.ends_with(".lock") || name.len() <= ".lock".len() {
-        return Err("must end in \".lock\" after at least one other character");
+        return Err("it must end in \".lock\" after at least one other character");
     }
     if name.len() > 160 {
         return Err(
-            "is longer than 160 bytes (the derived candidate and tombstone names must fit in 255)",
+            "it is longer than 160 bytes (the derived candidate and tombstone names must fit in 255)",
         );
     }
     if name.starts_with('.') {
-        return Err("starts with a dot");
+        return Err("it starts with a dot");
     }
     if !name
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     {
-        return Err("has a character other than ASCII letters, digits, '-', '_' and '.'");
+        return Err("it has a character other than ASCII letters, digits, '-', '_' and '.'");
     }
     if name.contains(CANDIDATE) || name.contains(TOMBSTONE) || name.contains(RECLAIM) {
-        return Err("contains \".candidate.\", \".tombstone.\" or \".reclaim\", which the protocol reserves");
+        return Err("it contains \".candidate.\", \".tombstone.\" or \".reclaim\", which the protocol reserves");
     }
     Ok(())
 }

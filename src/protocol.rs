@@ -403,7 +403,7 @@ pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fre
     let result = (|| {
         let dir = sp
             .sys
-            .open_dir_at(sp.dir, name)
+            .open_made_dir_at(sp.dir, name)
             .map_err(|e| sp.io("open the candidate directory", name, e))?;
         let meta = sp
             .sys
@@ -1250,7 +1250,7 @@ pub(crate) fn unlock<S: System>(
                     };
                     if !sp.sys.try_lock(&dir, false).unwrap_or(false) {
                         return Err(malformed(format!(
-                            "{problem}; a process holds a lock on it, so it is in use and --force refuses it"
+                            "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
                         )));
                     }
                 }

@@ -137,9 +137,13 @@ fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S
         Err(e) if is(&e, Errno::Exists) => return Ok(None),
         Err(e) => return Err(Error::io("create the reclaim guard", sp.entry(gname), e)),
     }
-    let guard = match open_guard(sp, gname)? {
-        Some(g) => g,
-        None => return Ok(None),
+    let guard = match sp.sys.open_made_dir_at(sp.dir, gname) {
+        Ok(g) => g,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(_) => match open_guard(sp, gname)? {
+            Some(g) => g,
+            None => return Ok(None),
+        },
     };
     private(sp, &guard, gname)?;
     // Another process may peek at it (finds it unmarked and fresh, and lets go at once).
@@ -230,10 +234,12 @@ fn take_left_guard<S: System>(
     let Some(guard) = open_guard(sp, gname)? else {
         return Ok(Err(Reclaim::Changed));
     };
-    let meta = sp
-        .sys
-        .meta(&guard)
-        .map_err(|e| Error::io("inspect the reclaim guard", sp.entry(gname), e))?;
+    let meta = match sp.sys.meta(&guard) {
+        Ok(m) => m,
+        // Gone meanwhile (some FUSE filesystems say so for a removed directory).
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(Reclaim::Changed)),
+        Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(gname), e)),
+    };
     if meta.uid != sp.uid || meta.mode & 0o077 != 0 {
         return Err(Error::Unsafe {
             path: sp.entry(gname),

@@ -701,6 +701,16 @@ impl System for SimSys {
         })
     }
 
+    fn set_mode_at(&self, at: &SimDir, name: &str, mode: u32) -> io::Result<()> {
+        self.call(&format!("chmod {name}"), |st, _| {
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            st.inodes.get_mut(&ino).expect("linked inode").mode = mode;
+            st.bump(ino);
+            Ok(())
+        })
+    }
+
     fn set_mode(&self, dir: &SimDir, mode: u32) -> io::Result<()> {
         let mut st = self.world.lock();
         let ino = self.ino(&st, dir)?;

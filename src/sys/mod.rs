@@ -16,10 +16,7 @@ mod unix;
 pub(crate) use unix::keep_open_in_child;
 #[cfg(test)]
 pub(crate) use unix::parse_start_time as parse_start_time_for_tests;
-pub use unix::{
-    block_forwarded_signals, die_with_parent, on_signals, send_signal, unblock_forwarded_in_child,
-    CancelHandle, Real,
-};
+pub use unix::{CancelHandle, Real};
 
 /// The identity of a file: device and inode number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -165,6 +162,21 @@ pub trait System {
     fn meta_at(&self, at: &Self::Dir, name: &str) -> io::Result<Meta>;
     /// `fchmod` of an open directory.
     fn set_mode(&self, dir: &Self::Dir, mode: u32) -> io::Result<()>;
+    /// `fchmodat` of entry `name` in `at`.
+    fn set_mode_at(&self, at: &Self::Dir, name: &str, mode: u32) -> io::Result<()>;
+    /// Opens directory `name` in `at`, which this process just made. Under a umask that takes
+    /// the owner's own permissions away (0777), an unprivileged open of it is refused: its
+    /// mode is then set to 0700 by name first, which is safe because nobody else can replace
+    /// an entry in the directories the protocol makes them in (ours, or sticky ones).
+    fn open_made_dir_at(&self, at: &Self::Dir, name: &str) -> io::Result<Self::Dir> {
+        match self.open_dir_at(at, name) {
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                self.set_mode_at(at, name, 0o700)?;
+                self.open_dir_at(at, name)
+            }
+            other => other,
+        }
+    }
     /// Creates file `name` in `at` with `O_CREAT | O_EXCL | O_NOFOLLOW` and mode 0600 (less
     /// the umask; exactly 0600 if `exact_mode`), writes `contents` and, if `sync`, fsyncs it.
     fn create_file_at(

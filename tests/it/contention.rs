@@ -72,6 +72,12 @@ fn another_thread_fails_fast_with_the_holder_named() {
         msg.contains("purpose: sync") && msg.contains("retry"),
         "{msg}"
     );
+    // The holder is this very process, and the library's advice names its own API.
+    assert!(
+        msg.contains("held by this process (pid") && msg.contains("`Wait::Forever`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("--wait"), "{msg}");
     g.release().unwrap();
 }
 

@@ -63,6 +63,13 @@ fn holders_in_other_processes_are_excluded() {
 
 #[test]
 fn publish_falls_back_to_plain_rename_where_renameat2_is_refused() {
+    if lacks(
+        "crash::publish_falls_back_to_plain_rename_where_renameat2_is_refused",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
     let fx = Fixture::new();
     let trace = fx.tmp.path().join("strace.out");
     let trace_s = trace.to_str().unwrap();
@@ -99,6 +106,13 @@ fn publish_falls_back_to_plain_rename_where_renameat2_is_refused() {
 
 #[test]
 fn a_holder_in_another_pid_namespace_is_judged_by_its_beacon() {
+    if lacks(
+        "crash::a_holder_in_another_pid_namespace_is_judged_by_its_beacon",
+        "root and unshare(1) (a new pid namespace)",
+        is_root() && have("unshare"),
+    ) {
+        return;
+    }
     let fx = Fixture::new();
     // The holder runs as pid 1 of a new pid namespace: its recorded pid means nothing here,
     // but the kernel's flock does.

@@ -108,19 +108,11 @@ fn a_fifo_record_with_a_writer_attached_does_not_block() {
     let fx = Fixture::new();
     let fifo = fifo_record(&fx);
     // A writer holds the FIFO open: a blocking read would wait for it forever.
-    let writer = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!("exec 3>'{}'; sleep 30", fifo.display()))
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _writer = Kill(writer);
+    let _writer = ChildGuard::spawn(
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("exec 3>'{}'; sleep 30", fifo.display())),
+    );
     refused(&fx, "FIFO");
 }
 
@@ -152,6 +144,13 @@ fn a_huge_record_is_refused_without_reading_it_all() {
 
 #[test]
 fn a_record_owned_by_another_user_is_refused() {
+    if lacks(
+        "hostile::a_record_owned_by_another_user_is_refused",
+        "root (to make a file another user owns)",
+        is_root(),
+    ) {
+        return;
+    }
     let fx = Fixture::new();
     let l = lock_dir(&fx);
     let rec = l.join("owner.json");
@@ -204,6 +203,13 @@ fn a_symlinked_guard_is_refused_and_its_target_untouched() {
 
 #[test]
 fn a_guard_owned_by_another_user_is_refused() {
+    if lacks(
+        "hostile::a_guard_owned_by_another_user_is_refused",
+        "root (to make a directory another user owns)",
+        is_root(),
+    ) {
+        return;
+    }
     let fx = Fixture::new();
     plant(
         fx.dir(),

@@ -2,6 +2,7 @@
 //! the beacon kept by a command whose wrapper was killed, nested runs, JSON status.
 
 use crate::common::*;
+use crate::BIN;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -172,19 +173,19 @@ fn sigint_is_forwarded_and_the_lock_released_after_the_command_exits() {
         got.display(),
         ready.display()
     );
-    let mut run = Command::new(BIN)
-        .args(["run", "--dir"])
-        .arg(fx.dir())
-        .args(["--lock", "s.lock", "--", "sh", "-c", &script])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = ChildGuard::spawn(
+        Command::new(BIN)
+            .args(["run", "--dir"])
+            .arg(fx.dir())
+            .args(["--lock", "s.lock", "--", "sh", "-c", &script])
+            .stdout(Stdio::null()),
+    );
     wait_for(&ready);
     Command::new("kill")
-        .args(["-INT", &run.id().to_string()])
+        .args(["-INT", &run.0.id().to_string()])
         .status()
         .unwrap();
-    let status = run.wait().unwrap();
+    let status = run.0.wait().unwrap();
     assert_eq!(
         status.code(),
         Some(5),
@@ -371,7 +372,7 @@ fn unlock_force_refuses_a_malformed_lock_whose_beacon_is_held() {
     let out = dirlock(fx.dir(), &["unlock", "--lock", "b.lock", "--force"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("in use and --force refuses it"),
+        text(&out.stderr).contains("in use and a forced unlock refuses it"),
         "{}",
         text(&out.stderr)
     );
@@ -494,4 +495,277 @@ fn path_and_hold_and_lock_paths_with_a_directory() {
         .output()
         .unwrap();
     assert!(out.status.success());
+}
+
+// ---- The command line a flock(1) user expects -------------------------------------------
+
+#[test]
+fn flock_style_flags() {
+    let fx = Fixture::new();
+    // -c: through sh -c; the exit status passes through.
+    let out = dirlock(
+        fx.dir(),
+        &["run", "--lock", "f.lock", "-c", "echo $((6 * 7)); exit 4"],
+    );
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(text(&out.stdout), "42\n");
+    let _h = Holder::start(fx.dir(), &["--lock", "f.lock"]);
+    // -n fails at once even where the default is to wait; -E picks the conflict status.
+    let home = fx.repo();
+    let _g = Holder::start(fx.dir(), &["--global-setup", home.to_str().unwrap()]);
+    let start = Instant::now();
+    let out = dirlock(
+        fx.dir(),
+        &[
+            "run",
+            "-n",
+            "--global-setup",
+            home.to_str().unwrap(),
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let out = dirlock(
+        fx.dir(),
+        &["run", "-E", "0", "--lock", "f.lock", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(0), "-E 0: skip quietly when held");
+    let out = dirlock(
+        fx.dir(),
+        &["run", "-E", "9", "--lock", "f.lock", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(9));
+    // -w: a fractional timeout, then the conflict status.
+    let start = Instant::now();
+    let out = dirlock(
+        fx.dir(),
+        &["run", "-q", "-w", "0.3", "--lock", "f.lock", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(75));
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(
+        text(&out.stderr).contains("gave up on the lock"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Usage errors.
+    for bad in [
+        &["run", "-n", "--wait", "--lock", "x.lock", "--", "true"][..],
+        &["run", "--lock", "x.lock", "-c", "true", "--", "true"],
+        &["run", "--lock", "x.lock"],
+    ] {
+        let out = dirlock(fx.dir(), bad);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{bad:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn no_inherit_keeps_the_beacon_from_the_command() {
+    let fx = Fixture::new();
+    // What the command's shell has open, and what DIRLOCK_HELD names.
+    let open = |extra: &[&str]| {
+        let mut args = vec!["run", "--lock", "o.lock"];
+        args.extend_from_slice(extra);
+        args.extend([
+            "--",
+            "sh",
+            "-c",
+            "for f in /proc/$$/fd/*; do readlink $f; done; echo \"held: $DIRLOCK_HELD\"",
+        ]);
+        let out = dirlock(fx.dir(), &args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let lock = fx.dir().join("o.lock").display().to_string();
+    let beacons = |s: &str| s.lines().filter(|l| *l == lock).count();
+    let inherited = open(&[]);
+    assert_eq!(
+        beacons(&inherited),
+        1,
+        "the beacon is inherited: {inherited}"
+    );
+    let not = open(&["-o"]);
+    assert_eq!(beacons(&not), 0, "-o: no beacon: {not}");
+    assert!(
+        not.contains(" o.lock"),
+        "-o still names the lock for nested runs: {not}"
+    );
+}
+
+#[test]
+fn status_exit_status_says_whether_the_lock_can_be_taken() {
+    let fx = Fixture::new();
+    let status = |lock: &str| {
+        let out = dirlock(fx.dir(), &["status", "-q", "--lock", lock]);
+        assert_eq!(text(&out.stdout), "", "-q prints nothing");
+        out.status.code()
+    };
+    assert_eq!(status("s.lock"), Some(0), "free");
+    let h = Holder::start(fx.dir(), &["--lock", "s.lock"]);
+    assert_eq!(status("s.lock"), Some(75), "held");
+    h.kill();
+    assert_eq!(
+        status("s.lock"),
+        Some(0),
+        "dead by proof: the next acquisition takes it"
+    );
+    let rec = format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid());
+    plant(fx.dir(), "e.lock", &rec, Duration::ZERO);
+    assert_eq!(
+        status("e.lock"),
+        Some(75),
+        "dead by evidence, inside the grace period"
+    );
+    plant(fx.dir(), "m.lock", "garbage", Duration::ZERO);
+    assert_eq!(status("m.lock"), Some(75), "malformed");
+    let out = dirlock(fx.dir(), &["status", "--all"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "--all lists, whatever the states"
+    );
+}
+
+#[test]
+fn hold_is_hidden_and_completions_and_the_manual_come_from_the_same_definitions() {
+    let help = text(&Command::new(BIN).arg("--help").output().unwrap().stdout);
+    assert!(!help.contains("hold"), "{help}");
+    assert!(
+        help.contains("completions") && help.contains("man"),
+        "{help}"
+    );
+    let out = Command::new(BIN).args(["hold", "--help"]).output().unwrap();
+    assert!(out.status.success(), "hold still works");
+    let bash = text(
+        &Command::new(BIN)
+            .args(["completions", "bash"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        bash.contains("--conflict-exit-code") && bash.contains("--nonblock"),
+        "{bash}"
+    );
+    let zsh = Command::new(BIN)
+        .args(["completions", "zsh"])
+        .output()
+        .unwrap();
+    assert!(zsh.status.success() && text(&zsh.stdout).contains("#compdef dirlock"));
+    let man = text(&Command::new(BIN).arg("man").output().unwrap().stdout);
+    assert!(
+        man.contains(".TH dirlock 1") && man.contains("dirlock\\-run(1)"),
+        "{man}"
+    );
+    let man = text(
+        &Command::new(BIN)
+            .args(["man", "run"])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    assert!(
+        man.contains(".TH dirlock-run 1") && man.contains("conflict\\-exit\\-code"),
+        "{man}"
+    );
+}
+
+// ---- Advice that is safe to follow ---------------------------------------------------------
+
+/// Runs the command as uid 65534 (a normal user), when this test runs as root.
+fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
+    (is_root() && have("setpriv")).then(|| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+            .args(args)
+            .env("TMPDIR", tmpdir)
+            .output()
+            .unwrap()
+    })
+}
+
+#[test]
+fn a_shared_directory_is_never_to_be_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shared = tmp.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(
+        &shared,
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    let lock = format!("{}/x.lock", shared.display());
+    let check = |out: &Output, who: &str| {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{who}: {err}");
+        assert!(
+            !err.contains("chmod") && !err.contains("remove") && err.contains("private"),
+            "{who}: dangerous or missing advice: {err}"
+        );
+        assert!(
+            err.contains("--lock NAME") && err.contains("--dir"),
+            "{who}: {err}"
+        );
+    };
+    check(
+        &Command::new(BIN)
+            .args(["run", "--lock", &lock, "--", "true"])
+            .output()
+            .unwrap(),
+        "this user",
+    );
+    // As another (normal) user, the directory is not even theirs: still no advice to change it.
+    if let Some(out) = as_nobody(&["run", "--lock", &lock, "--", "true"], tmp.path()) {
+        check(&out, "uid 65534");
+    }
+}
+
+#[test]
+fn relative_lock_paths_resolve_against_the_working_directory() {
+    let fx = Fixture::new();
+    let out = Command::new(BIN)
+        .args(["run", "--lock", "./locks/r.lock", "--", "true"])
+        .current_dir(fx.tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["path", "--lock", "locks/r.lock"])
+        .current_dir(fx.tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        fx.dir().join("r.lock").display().to_string()
+    );
+    let out = Command::new(BIN)
+        .args(["path", "--dir", ".", "--lock", "r.lock"])
+        .current_dir(fx.dir())
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        fx.dir().join("r.lock").display().to_string()
+    );
+}
+
+#[test]
+fn the_command_advises_in_its_own_terms() {
+    let fx = Fixture::new();
+    let _h = Holder::start(fx.dir(), &["--lock", "a.lock"]);
+    let err = text(&dirlock(fx.dir(), &["run", "--lock", "a.lock", "--", "true"]).stderr);
+    assert!(err.contains("--wait") && !err.contains("Wait::"), "{err}");
+    plant(fx.dir(), "m.lock", "garbage", Duration::ZERO);
+    let err = text(&dirlock(fx.dir(), &["run", "--lock", "m.lock", "--", "true"]).stderr);
+    assert!(
+        err.contains("dirlock unlock --force") && !err.contains("LockRequest"),
+        "{err}"
+    );
 }

@@ -1,4 +1,6 @@
-//! Helpers: a private lock directory per test, planted records, child holders.
+//! Helpers shared by the library's and the command's integration tests: a private lock
+//! directory per test, planted records, holder processes, guards that leave no process
+//! behind, and the skip rule for tests that need more than the Rust toolchain.
 #![allow(dead_code)]
 
 use dirlock::Locks;
@@ -8,8 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
-
-pub const BIN: &str = env!("CARGO_BIN_EXE_dirlock");
 
 /// A test's own lock directory (and a repository root beside it).
 pub struct Fixture {
@@ -87,16 +87,19 @@ pub fn dead_pid() -> u32 {
     pid
 }
 
-/// A `dirlock hold` child that has published its lock.
+/// A holder process (`dirlock hold`, or the library tests' own stand-in for it: see each test
+/// crate's `hold_command`) that has published its lock. It runs in a process group of its own,
+/// killed on drop.
 pub struct Holder {
     pub child: Child,
     pub path: PathBuf,
     pub until: PathBuf,
-    _stdout: ChildStdout,
+    _stdout: BufReader<ChildStdout>,
 }
 
 impl Holder {
-    /// Starts `dirlock hold --dir DIR ARGS..` and waits (up to 20 s) for its `held` line.
+    /// Starts a holder of the lock `ARGS` select in `dir` (`dirlock hold` arguments) and waits
+    /// (up to 20 s) for its `held` line.
     pub fn start(dir: &Path, args: &[&str]) -> Holder {
         Holder::try_start(dir, args).unwrap_or_else(|e| panic!("holder did not start: {e}"))
     }
@@ -105,30 +108,21 @@ impl Holder {
         Holder::try_start_under(&[], dir, args)
     }
 
-    /// As [`Holder::try_start`], with the binary run under `wrapper` (e.g. strace with a fault
+    /// As [`Holder::try_start`], with the holder run under `wrapper` (e.g. strace with a fault
     /// injected).
     pub fn try_start_under(wrapper: &[&str], dir: &Path, args: &[&str]) -> Result<Holder, String> {
+        use std::os::unix::process::CommandExt;
         let until = dir
             .parent()
             .unwrap()
             .join(format!("release-{}", uuid_like()));
-        let mut cmd = match wrapper.split_first() {
-            Some((program, rest)) => {
-                let mut c = Command::new(program);
-                c.args(rest).arg(BIN);
-                c
-            }
-            None => Command::new(BIN),
-        };
-        let mut child = cmd
-            .arg("hold")
-            .arg("--dir")
-            .arg(dir)
-            .args(args)
-            .arg("--until")
-            .arg(&until)
+        let mut all: Vec<std::ffi::OsString> = vec!["--dir".into(), dir.into()];
+        all.extend(args.iter().map(Into::into));
+        all.extend(["--until".into(), until.clone().into()]);
+        let mut child = crate::hold_command(wrapper, &all)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .process_group(0)
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
@@ -136,9 +130,15 @@ impl Holder {
         let reader = std::thread::spawn(move || {
             let mut r = BufReader::new(stdout);
             let mut line = String::new();
-            r.read_line(&mut line).unwrap();
-            tx.send(line).unwrap();
-            r.into_inner()
+            // The stand-in is a test binary: skip what the harness prints first.
+            loop {
+                line.clear();
+                if r.read_line(&mut line).unwrap_or(0) == 0 || line.starts_with("held ") {
+                    break;
+                }
+            }
+            let _ = tx.send(line);
+            r
         });
         match rx.recv_timeout(Duration::from_secs(20)) {
             Ok(line) if line.starts_with("held ") => Ok(Holder {
@@ -148,6 +148,7 @@ impl Holder {
                 _stdout: reader.join().unwrap(),
             }),
             other => {
+                kill_group(child.id());
                 let _ = child.kill();
                 let out = child.wait_with_output().unwrap();
                 Err(format!(
@@ -180,6 +181,7 @@ impl Holder {
 
 impl Drop for Holder {
     fn drop(&mut self) {
+        kill_group(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -225,6 +227,38 @@ impl ChildGuard {
                 return None;
             }
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl std::ops::Deref for ChildGuard {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl ChildGuard {
+    /// Waits for the child and reads what it wrote to its piped stdout and stderr.
+    pub fn output(&mut self) -> std::process::Output {
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        if let Some(mut o) = self.0.stdout.take() {
+            let _ = std::io::Read::read_to_end(&mut o, &mut stdout);
+        }
+        if let Some(mut e) = self.0.stderr.take() {
+            let _ = std::io::Read::read_to_end(&mut e, &mut stderr);
+        }
+        let status = self.0.wait().unwrap();
+        std::process::Output {
+            status,
+            stdout,
+            stderr,
         }
     }
 }
@@ -309,7 +343,12 @@ pub fn lacks(test: &str, need: &str, have: bool) -> bool {
     if std::env::var_os("DIRLOCK_TEST_REQUIRE_ALL").is_some_and(|v| v == "1") {
         panic!("{test}: needs {need} (DIRLOCK_TEST_REQUIRE_ALL=1 forbids skipping)");
     }
-    eprintln!("skipped {test}: needs {need}");
+    // Straight to the stream, past the harness's capture: a skip is news even when the test
+    // passes.
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("skipped {test}: needs {need}\n").as_bytes(),
+    );
     true
 }
 
@@ -381,4 +420,60 @@ impl Drop for Fuse {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// A whole number from the environment (soak settings), or `default`.
+pub fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+pub struct Outcome {
+    pub sections: u64,
+    pub kills: u64,
+    pub fail_points: u64,
+}
+
+/// Checks a sections log (I1): no section saw another inside, and between an `enter` and the
+/// next `enter` only the first section's `exit` appears (a section killed inside has none).
+/// Returns (sections entered, sections completed).
+pub fn check_log(work: &Path) -> (u64, u64) {
+    let log = std::fs::read_to_string(work.join("log")).unwrap_or_default();
+    let overlaps: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("overlap"))
+        .take(5)
+        .collect();
+    assert!(overlaps.is_empty(), "I1 violated: {overlaps:?}");
+    let (mut entered, mut exits) = (0u64, 0u64);
+    let mut inside: Option<&str> = None;
+    for line in log.lines() {
+        // A writer SIGKILLed inside write(2) can leave a torn line (the kernel stops copying at
+        // a fatal signal), which the next append continues: keep the last whole record.
+        let line = ["enter ", "exit "]
+            .iter()
+            .filter_map(|t| line.rfind(t))
+            .max()
+            .map_or(line, |i| &line[i..]);
+        let mut f = line.split(' ');
+        match (f.next(), f.next()) {
+            (Some("enter"), Some(pid)) => {
+                entered += 1;
+                inside = Some(pid);
+            }
+            (Some("exit"), Some(pid)) => {
+                assert_eq!(
+                    inside,
+                    Some(pid),
+                    "an exit by a section that is not inside: {line}"
+                );
+                exits += 1;
+                inside = None;
+            }
+            _ => {}
+        }
+    }
+    (entered, exits)
 }

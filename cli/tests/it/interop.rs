@@ -1,80 +1,113 @@
-//! Layer 7: the reference TypeScript implementation (`../shared/seeds/002_…`), run under
-//! Node.js with tsx and effect from the npm registry, and dirlock on the same locks: the same
-//! paths, each excluded by the other's holder, each reclaiming the other's dead locks by its
-//! own rules, and mutual exclusion across both.
+//! Layer 7: the reference TypeScript implementation, run under Node.js with tsx and effect
+//! from the npm registry, and dirlock on the same locks: the same paths, each excluded by the
+//! other's holder, each reclaiming the other's dead locks by its own rules, and mutual
+//! exclusion across both.
 //!
-//! Setup (once per target directory): `npm install tsx effect`, the reference extracted from
-//! its diff, and a shim for its `../errors.ts`. Needs Node.js and npm, and `../shared` beside
-//! the checkout (as CI lays it out).
+//! Needs Node.js and npm (the first run does `npm install tsx effect` in the target
+//! directory), and the reference named by `DIRLOCK_REFERENCE_TS`: its source
+//! `operation-lock.ts`, or the diff that adds it (`.ci/run` points it at the seed). Without
+//! them each test says so in one line and skips.
 
 use crate::common::*;
+use crate::BIN;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-const SEED: &str = "../shared/seeds/002_7c945420158be82f.txt";
+/// The environment variable naming the reference implementation.
+const REFERENCE: &str = "DIRLOCK_REFERENCE_TS";
 
-/// The prepared Node project, or why it could not be prepared.
-fn node_project() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop");
-        let services = dir.join("extension/services");
-        std::fs::create_dir_all(&services).unwrap();
-        if !dir.join("node_modules/.bin/tsx").exists() {
-            std::fs::write(
-                dir.join("package.json"),
-                r#"{"name":"dirlock-interop","private":true,"type":"module"}"#,
-            )
-            .unwrap();
-            let out = Command::new("npm")
-                .args([
-                    "install",
-                    "--no-audit",
-                    "--no-fund",
-                    "--silent",
-                    "tsx@4",
-                    "effect@4",
-                ])
-                .current_dir(&dir)
-                .output()
-                .expect("npm is needed for the interoperability tests");
-            assert!(
-                out.status.success(),
-                "npm install failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+/// The reference's TypeScript source, from `DIRLOCK_REFERENCE_TS`: the file itself, or the
+/// lines a diff adds.
+fn reference_source() -> Result<String, String> {
+    let path = std::env::var_os(REFERENCE).ok_or_else(|| format!("{REFERENCE} unset"))?;
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("{REFERENCE}={}: {e}", Path::new(&path).display()))?;
+    if !text.lines().any(|l| l.starts_with("@@")) {
+        return Ok(text);
+    }
+    Ok(text
+        .lines()
+        .skip_while(|l| !l.starts_with("@@"))
+        .skip(1)
+        .map(|l| format!("{}\n", l.strip_prefix('+').unwrap_or(l)))
+        .collect())
+}
+
+/// The prepared Node project, or what is missing to prepare it.
+fn prepare() -> Result<PathBuf, String> {
+    let source = reference_source()?;
+    for tool in ["node", "npm"] {
+        if !have(tool) {
+            return Err(format!("{tool} on PATH"));
         }
-        // The reference comes as a diff adding operation-lock.ts: take the added lines.
-        let seed = Path::new(env!("CARGO_MANIFEST_DIR")).join(SEED);
-        let diff =
-            std::fs::read_to_string(&seed).unwrap_or_else(|e| panic!("{}: {e}", seed.display()));
-        let body: String = diff
-            .lines()
-            .skip_while(|l| !l.starts_with("@@"))
-            .skip(1)
-            .map(|l| format!("{}\n", l.strip_prefix('+').unwrap_or(l)))
-            .collect();
-        std::fs::write(services.join("operation-lock.ts"), body).unwrap();
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
-        std::fs::copy(fixtures.join("errors.ts"), dir.join("extension/errors.ts")).unwrap();
-        std::fs::copy(fixtures.join("driver.ts"), dir.join("driver.ts")).unwrap();
-        dir
-    })
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("interop");
+    let services = dir.join("extension/services");
+    std::fs::create_dir_all(&services).map_err(|e| format!("{}: {e}", services.display()))?;
+    if !dir.join("node_modules/.bin/tsx").exists() {
+        std::fs::write(
+            dir.join("package.json"),
+            r#"{"name":"dirlock-interop","private":true,"type":"module"}"#,
+        )
+        .unwrap();
+        let out = Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--silent",
+                "tsx@4",
+                "effect@4",
+            ])
+            .current_dir(&dir)
+            .output()
+            .map_err(|e| format!("npm: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "tsx and effect from the npm registry (npm install failed: {})",
+                String::from_utf8_lossy(&out.stderr).trim_end()
+            ));
+        }
+    }
+    std::fs::write(services.join("operation-lock.ts"), source).unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+    std::fs::copy(fixtures.join("errors.ts"), dir.join("extension/errors.ts")).unwrap();
+    std::fs::copy(fixtures.join("driver.ts"), dir.join("driver.ts")).unwrap();
+    Ok(dir)
+}
+
+/// The prepared Node project; `None` (after one line saying what is missing) to skip.
+fn node_project(test: &str) -> Option<&'static PathBuf> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match DIR.get_or_init(prepare) {
+        Ok(dir) => Some(dir),
+        Err(need) => {
+            lacks(
+                test,
+                &format!("Node.js, npm and the reference implementation ({need})"),
+                false,
+            );
+            None
+        }
+    }
 }
 
 /// A private TMPDIR shared by both implementations, and a repository root.
 struct Shared {
     tmp: tempfile::TempDir,
+    project: &'static PathBuf,
 }
 
 impl Shared {
-    fn new() -> Shared {
+    /// `None` when the machine lacks what the interoperability tests need (said in a line).
+    fn new(test: &str) -> Option<Shared> {
+        let project = node_project(test)?;
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir(tmp.path().join("t")).unwrap();
         std::fs::create_dir(tmp.path().join("repo")).unwrap();
-        Shared { tmp }
+        Some(Shared { tmp, project })
     }
     fn tmpdir(&self) -> PathBuf {
         self.tmp.path().join("t")
@@ -83,7 +116,7 @@ impl Shared {
         self.tmp.path().join("repo")
     }
     fn node(&self, args: &[&str]) -> Command {
-        let dir = node_project();
+        let dir = self.project;
         // node itself, with tsx as an import hook: the `tsx` launcher would put node in a child
         // process that outlives a SIGKILL of the launcher.
         let mut c = Command::new("node");
@@ -111,19 +144,18 @@ impl Shared {
             .unwrap()
     }
     /// The reference holds the repository lock until the returned guard is dropped.
-    fn node_holder(&self) -> (Child, u32) {
+    fn node_holder(&self) -> (ChildGuard, u32) {
         let ready = self.tmp.path().join("ready");
         let release = self.tmp.path().join("release");
-        let child = self
-            .node(&[
+        let child = ChildGuard::spawn(
+            self.node(&[
                 "hold",
                 self.repo().to_str().unwrap(),
                 ready.to_str().unwrap(),
                 release.to_str().unwrap(),
             ])
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
+            .stdout(Stdio::null()),
+        );
         let deadline = Instant::now() + Duration::from_secs(60);
         while !ready.exists() || std::fs::read_to_string(&ready).unwrap().is_empty() {
             assert!(
@@ -147,7 +179,9 @@ fn text(o: &std::process::Output) -> String {
 
 #[test]
 fn lock_paths_are_the_references() {
-    let s = Shared::new();
+    let Some(s) = Shared::new("interop::lock_paths_are_the_references") else {
+        return;
+    };
     let repo = s.repo();
     let r = repo.to_str().unwrap();
     let ours = s.dirlock(&["path", "--app", "apnea", "--repository", r]);
@@ -164,7 +198,11 @@ fn lock_paths_are_the_references() {
 
 #[test]
 fn the_references_holder_excludes_dirlock_which_reclaims_it_after_the_grace_period() {
-    let s = Shared::new();
+    let Some(s) = Shared::new(
+        "interop::the_references_holder_excludes_dirlock_which_reclaims_it_after_the_grace_period",
+    ) else {
+        return;
+    };
     let r = s.repo();
     let r = r.to_str().unwrap();
     let (mut node, pid) = s.node_holder();
@@ -198,20 +236,24 @@ fn the_references_holder_excludes_dirlock_which_reclaims_it_after_the_grace_peri
 
 #[test]
 fn dirlocks_holder_excludes_the_reference_which_reclaims_it_by_its_own_rules() {
-    let s = Shared::new();
+    let Some(s) = Shared::new(
+        "interop::dirlocks_holder_excludes_the_reference_which_reclaims_it_by_its_own_rules",
+    ) else {
+        return;
+    };
     let r = s.repo();
     let r = r.to_str().unwrap();
     let until = s.tmp.path().join("until");
-    let mut holder = Command::new(BIN)
-        .args(["hold", "--app", "apnea", "--repository", r, "--until"])
-        .arg(&until)
-        .env("TMPDIR", s.tmpdir())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut holder = ChildGuard::spawn(
+        Command::new(BIN)
+            .args(["hold", "--app", "apnea", "--repository", r, "--until"])
+            .arg(&until)
+            .env("TMPDIR", s.tmpdir())
+            .stdout(Stdio::piped()),
+    );
     let mut line = String::new();
     std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut std::io::BufReader::new(holder.0.stdout.take().unwrap()),
         &mut line,
     )
     .unwrap();
@@ -243,7 +285,9 @@ rm -f occupied
 
 #[test]
 fn exclusion_holds_across_both_implementations() {
-    let s = Shared::new();
+    let Some(s) = Shared::new("interop::exclusion_holds_across_both_implementations") else {
+        return;
+    };
     let home = s.repo();
     let work = s.tmp.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -253,12 +297,12 @@ fn exclusion_holds_across_both_implementations() {
         home.to_str().unwrap().to_owned(),
         work.to_str().unwrap().to_owned(),
     );
-    let nodes: Vec<Child> = (0..3)
+    let nodes: Vec<ChildGuard> = (0..3)
         .map(|_| {
-            s.node(&["sections", &home_s, &work_s, "12"])
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap()
+            ChildGuard::spawn(
+                s.node(&["sections", &home_s, &work_s, "12"])
+                    .stdout(Stdio::piped()),
+            )
         })
         .collect();
     let ours: Vec<_> = (0..3)
@@ -296,8 +340,8 @@ fn exclusion_holds_across_both_implementations() {
         t.join().unwrap();
     }
     let mut reference_errors = Vec::new();
-    for n in nodes {
-        let out = n.wait_with_output().unwrap();
+    for mut n in nodes {
+        let out = n.output();
         reference_errors.extend(
             String::from_utf8_lossy(&out.stdout)
                 .lines()
@@ -343,7 +387,11 @@ fn exclusion_holds_across_both_implementations() {
 /// wrapper dead (and reclaims after its grace period) nothing runs under the lock any more.
 #[test]
 fn the_reference_never_runs_beside_the_command_of_a_killed_wrapper() {
-    let s = Shared::new();
+    let Some(s) =
+        Shared::new("interop::the_reference_never_runs_beside_the_command_of_a_killed_wrapper")
+    else {
+        return;
+    };
     let r = s.repo();
     let r = r.to_str().unwrap();
     let pidfile = s.tmp.path().join("pid");
@@ -402,7 +450,9 @@ fn the_reference_never_runs_beside_the_command_of_a_killed_wrapper() {
 /// reference never runs beside one.
 #[test]
 fn exclusion_holds_across_both_with_killed_wrappers() {
-    let s = Shared::new();
+    let Some(s) = Shared::new("interop::exclusion_holds_across_both_with_killed_wrappers") else {
+        return;
+    };
     let home = s.repo();
     let work = s.tmp.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -500,7 +550,7 @@ fn exclusion_holds_across_both_with_killed_wrappers() {
             let _ = std::io::Read::read_to_string(&mut out, &mut reference_errors);
         }
     }
-    let (entered, exits) = crate::chaos::check_log(&work);
+    let (entered, exits) = check_log(&work);
     let kills = kills.into_inner();
     eprintln!("reference errors: {reference_errors}");
     eprintln!("interop chaos: {entered} sections entered, {exits} completed, {kills} dirlock wrappers SIGKILLed");

@@ -4,6 +4,7 @@
 //! acquisition or a sweep cannot handle, and a lock that works again once the fault is gone.
 
 use crate::common::*;
+use crate::BIN;
 use dirlock::{Error, Locks};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -69,6 +70,13 @@ fn io_kind(e: &Error) -> Option<ErrorKind> {
 
 #[test]
 fn a_full_disk_is_a_clean_error_and_leaves_nothing() {
+    if lacks(
+        "faults::a_full_disk_is_a_clean_error_and_leaves_nothing",
+        "root (to mount a small tmpfs)",
+        is_root(),
+    ) {
+        return;
+    }
     let fs = Tmpfs::mount("size=64k");
     let locks = Locks::in_dir(fs.path().join("locks")).unwrap();
     // Fill every page.
@@ -96,6 +104,13 @@ fn a_full_disk_is_a_clean_error_and_leaves_nothing() {
 
 #[test]
 fn no_inodes_left_is_a_clean_error_and_leaves_nothing() {
+    if lacks(
+        "faults::no_inodes_left_is_a_clean_error_and_leaves_nothing",
+        "root (to mount a small tmpfs)",
+        is_root(),
+    ) {
+        return;
+    }
     let fs = Tmpfs::mount("nr_inodes=64,size=1m");
     let locks = Locks::in_dir(fs.path().join("locks")).unwrap();
     let mut fillers: Vec<PathBuf> = Vec::new();
@@ -136,6 +151,13 @@ fn no_inodes_left_is_a_clean_error_and_leaves_nothing() {
 
 #[test]
 fn a_read_only_remount_is_a_clean_error_and_the_lock_recovers() {
+    if lacks(
+        "faults::a_read_only_remount_is_a_clean_error_and_the_lock_recovers",
+        "root (to mount and remount a tmpfs)",
+        is_root(),
+    ) {
+        return;
+    }
     let fs = Tmpfs::mount("size=1m");
     let locks = Locks::in_dir(fs.path().join("locks")).unwrap();
     let held = locks.named_lock("r.lock").acquire().unwrap();
@@ -168,6 +190,13 @@ fn a_read_only_remount_is_a_clean_error_and_the_lock_recovers() {
 
 #[test]
 fn a_lock_owned_by_another_user_is_refused_by_an_unprivileged_user() {
+    if lacks(
+        "faults::a_lock_owned_by_another_user_is_refused_by_an_unprivileged_user",
+        "root and setpriv(1) (a second uid)",
+        is_root() && have("setpriv"),
+    ) {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(
         tmp.path(),
@@ -232,6 +261,13 @@ fn faulted(dir: &Path, syscall: &str, errno: &str, when: u32) -> std::process::O
 
 #[test]
 fn eio_and_eintr_at_each_system_call_in_turn() {
+    if lacks(
+        "faults::eio_and_eintr_at_each_system_call_in_turn",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("locks");
     let calls = [

@@ -1,8 +1,12 @@
 //! `dirlock`: run commands under a directory lock, and inspect, clear and sweep locks.
 
-use clap::{Args, Parser, Subcommand};
+mod sys;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use dirlock::text::{escape, path as shown};
-use dirlock::{Cancel, Error, GuardState, LockRequest, Locks, State, Status, Unlocked, Wait};
+use dirlock::{
+    Cancel, Error, GuardState, Liveness, LockRequest, Locks, State, Status, Unlocked, Wait,
+};
 use serde_json::{json, Value};
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -17,12 +21,16 @@ const EX_TEMPFAIL: u8 = 75;
 
 const EXIT_STATUS: &str = "\
 Exit status:
-  0    success (for `run`: the command's own status is passed through)
+  0    success (for `run`: the command's own status is passed through; for `status`: the
+       lock is free, or its owner is dead and the next acquisition takes it)
   1    an error (unsafe lock directory, I/O failure, malformed lock, lost lock, ...)
   64   usage error
-  75   the lock is held by another process (EX_TEMPFAIL, as `flock -E 75` users configure)
+  75   the lock is held by another process (EX_TEMPFAIL; `run -E N` chooses another status);
+       for `status`: held, or not free to take (dead within its grace period, unknown,
+       malformed)
   126  the command could not be run; 127 the command was not found
-  128+N  the command was killed by signal N";
+  128+N  the command was killed by signal N, or signal N ended `run`'s wait
+  141  the output pipe was closed (as for a tool killed by SIGPIPE)";
 
 /// Cross-process directory locks that survive crashes without ever letting two processes in.
 #[derive(Parser, Debug)]
@@ -36,13 +44,15 @@ struct Cli {
 enum Cmd {
     /// Take the lock, run a command, release the lock; exit with the command's status.
     ///
-    /// The command inherits the lock's beacon: if `dirlock run` itself is killed, the lock stays
-    /// held until the command exits too. SIGINT, SIGTERM and SIGHUP sent to `dirlock run` are
-    /// forwarded to the command. The command finds the lock named in DIRLOCK_HELD, so that a
-    /// nested `dirlock run` (or library call) for the same lock is refused instead of waiting
-    /// for its own parent.
+    /// While it waits, SIGINT, SIGTERM and SIGHUP (Ctrl-C included) abandon the wait and exit 128+N
+    /// without running the command. Once it runs, those signals sent to `dirlock run` are
+    /// forwarded to it. The command never outlives `dirlock run`: if `dirlock run` is killed
+    /// (even by SIGKILL), the kernel kills the command too. The command inherits the lock's
+    /// beacon (unless -o), so what it leaves running in the background keeps the lock held.
+    /// It finds the lock named in DIRLOCK_HELD, so that a nested `dirlock run` (or library
+    /// call) for the same lock is refused instead of waiting for its own parent.
     #[command(
-        after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ --timeout 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -- make deploy"
+        after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ -w 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -c 'make deploy'\n  dirlock run -n -E 0 --lock cron.lock -- ./nightly.sh   # skip quietly if still running"
     )]
     Run {
         #[command(flatten)]
@@ -52,9 +62,24 @@ enum Cmd {
         /// Say nothing while waiting.
         #[arg(short, long)]
         quiet: bool,
+        /// Exit with status N when the lock is held by another process.
+        #[arg(short = 'E', long, value_name = "N", default_value_t = EX_TEMPFAIL)]
+        conflict_exit_code: u8,
+        /// Run STRING through `sh -c` instead of CMD.
+        #[arg(
+            short = 'c',
+            long = "command",
+            value_name = "STRING",
+            conflicts_with = "cmd"
+        )]
+        shell: Option<String>,
+        /// The command does not keep the lock: it does not inherit the beacon, so nothing it
+        /// leaves running holds the lock once `dirlock run` exits.
+        #[arg(short = 'o', long)]
+        no_inherit: bool,
         /// The command and its arguments.
-        #[arg(last = true, required = true, value_name = "CMD")]
-        command: Vec<OsString>,
+        #[arg(last = true, value_name = "CMD", required_unless_present = "shell")]
+        cmd: Vec<OsString>,
     },
     /// Show a lock's state, owner, reclaim guard and leftovers.
     #[command(
@@ -66,6 +91,9 @@ enum Cmd {
         /// Every lock in the lock directory.
         #[arg(long, conflicts_with_all = ["repository", "global_setup", "lock"])]
         all: bool,
+        /// Print nothing: the exit status says it (0 free, 75 held or not free to take).
+        #[arg(short, long, conflicts_with = "json")]
+        quiet: bool,
         /// Machine-readable output (schema in the README).
         #[arg(long)]
         json: bool,
@@ -107,11 +135,14 @@ enum Cmd {
         #[command(flatten)]
         sel: Selector,
     },
-    /// Take the lock and hold it until killed or until a file appears (for tests and demos).
+    /// Take the lock and hold it until killed or until a file appears (a test helper).
     ///
     /// Prints `held PATH` once the lock is published, and `reclaimed-from PID TOKEN` when it
     /// took over a dead owner's lock.
-    #[command(after_help = "Examples:\n  dirlock hold --repository . --until /tmp/done")]
+    #[command(
+        hide = true,
+        after_help = "Examples:\n  dirlock hold --repository . --until /tmp/done"
+    )]
     Hold {
         #[command(flatten)]
         sel: Selector,
@@ -120,6 +151,24 @@ enum Cmd {
         /// Release and exit once this file exists.
         #[arg(long, value_name = "FILE")]
         until: Option<PathBuf>,
+    },
+    /// Print shell completions for SHELL (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  dirlock completions bash > ~/.local/share/bash-completion/completions/dirlock"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print a manual page (roff), generated from the same definitions as this help: the
+    /// command's, or one subcommand's (`dirlock-run.1`).
+    #[command(
+        after_help = "Examples:\n  dirlock man > dirlock.1 && man ./dirlock.1\n  dirlock man run > dirlock-run.1"
+    )]
+    Man {
+        /// The subcommand whose page to print.
+        #[arg(value_name = "SUBCOMMAND")]
+        of: Option<String>,
     },
 }
 
@@ -155,11 +204,14 @@ struct Place {
 #[derive(Args, Debug)]
 struct Acquire {
     /// Wait for the lock however long it takes (default for --global-setup).
-    #[arg(long, conflicts_with = "timeout")]
+    #[arg(long, conflicts_with_all = ["timeout", "nonblock"])]
     wait: bool,
-    /// Wait at most SECS seconds.
-    #[arg(long, value_name = "SECS", value_parser = secs)]
+    /// Wait at most SECS seconds (fractions allowed).
+    #[arg(short = 'w', long, value_name = "SECS", value_parser = secs, conflicts_with = "nonblock")]
     timeout: Option<Duration>,
+    /// Fail at once if the lock is held (default for --repository and --lock).
+    #[arg(short = 'n', long)]
+    nonblock: bool,
     /// Reclaim owners dead by evidence (not kernel proof) after SECS seconds (default 60).
     #[arg(long, value_name = "SECS", value_parser = secs)]
     grace: Option<Duration>,
@@ -186,8 +238,38 @@ const EX_PIPE: u8 = 141;
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
         let code = if e.is_contended() { EX_TEMPFAIL } else { 1 };
-        Failure(chain(&e), code)
+        Failure(explain(&e), code)
     }
+}
+
+/// The error in one paragraph, with its causes, and the advice in this command's terms (its
+/// flags and subcommands, where the library's own message names its API).
+fn explain(e: &Error) -> String {
+    let head = match e {
+        Error::Locked { judgement, lock, .. } if judgement.liveness == Liveness::Unknown => format!(
+            "{}; it is never reclaimed automatically: check the holder where it ran, and once it is gone remove {} by hand",
+            e.facts(),
+            shown(lock)
+        ),
+        Error::Locked { .. } => format!(
+            "{}; retry when it finishes, or wait for it (--wait, or --timeout SECS)",
+            e.facts()
+        ),
+        Error::Malformed { lock, .. } => format!(
+            "{}; check that no process uses it, then remove it with `dirlock unlock --force` for the same lock (it refuses while a process holds a lock on it), or remove {} by hand",
+            e.facts(),
+            shown(lock)
+        ),
+        _ => e.to_string(),
+    };
+    let mut msg = head;
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    msg
 }
 
 /// Writes the command's output. A reader that went away (`| head`) ends the command quietly,
@@ -208,23 +290,26 @@ fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "dirlock: {line}");
 }
 
-/// The error and its causes, in one paragraph.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        msg.push_str(": ");
-        msg.push_str(&s.to_string());
-        source = s.source();
+fn open(place: &Place) -> Result<Locks, Failure> {
+    match (&place.app, &place.dir) {
+        (_, Some(dir)) => own_dir(dir),
+        (app, None) => Ok(Locks::new(app.as_deref().unwrap_or("dirlock"))?),
     }
-    msg
 }
 
-fn open(place: &Place) -> Result<Locks, Error> {
-    match (&place.app, &place.dir) {
-        (_, Some(dir)) => Locks::in_dir(dir),
-        (app, None) => Locks::new(app.as_deref().unwrap_or("dirlock")),
-    }
+/// A lock directory the user named (`--dir`, `--lock DIR/NAME`). When it cannot be used as
+/// one (it is not private), say what to use instead, in this command's terms.
+fn own_dir(dir: &Path) -> Result<Locks, Failure> {
+    Locks::in_dir(dir).map_err(|e| match e {
+        Error::Unsafe { .. } => Failure(
+            format!(
+                "{}; for example, `--lock NAME` alone (in your own namespace under the temporary directory), or `--dir DIR` with a directory only you use",
+                explain(&e)
+            ),
+            1,
+        ),
+        e => e.into(),
+    })
 }
 
 /// The lock directory and the request for a selector.
@@ -241,7 +326,7 @@ fn select(sel: &Selector) -> Result<(Locks, Target), Failure> {
                     ));
                 }
                 let dir = if dir.is_empty() { "/" } else { dir };
-                Ok((Locks::in_dir(dir)?, Target::Named(name.to_owned())))
+                Ok((own_dir(Path::new(dir))?, Target::Named(name.to_owned())))
             }
             None => Ok((open(&sel.place)?, Target::Named(l.clone()))),
         },
@@ -268,6 +353,9 @@ fn request<'l>(locks: &'l Locks, target: &Target) -> LockRequest<'l> {
 fn configure<'l>(mut req: LockRequest<'l>, acq: &Acquire) -> LockRequest<'l> {
     if acq.wait {
         req = req.wait(Wait::Forever);
+    }
+    if acq.nonblock {
+        req = req.wait(Wait::Immediately);
     }
     if let Some(t) = acq.timeout {
         req = req.wait(Wait::Timeout(t));
@@ -317,14 +405,61 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             sel,
             acq,
             quiet,
-            command,
-        } => run(&sel, &acq, quiet, &command),
+            conflict_exit_code,
+            shell,
+            no_inherit,
+            cmd,
+        } => {
+            let command = match shell {
+                Some(script) => vec!["sh".into(), "-c".into(), script.into()],
+                None => cmd,
+            };
+            let opts = RunOptions {
+                quiet,
+                conflict: conflict_exit_code,
+                inherit: !no_inherit,
+            };
+            run(&sel, &acq, &opts, &command)
+        }
         Cmd::Status {
             sel,
             all,
+            quiet,
             json,
             grace,
-        } => status(&sel, all, json, grace),
+        } => status(&sel, all, quiet, json, grace),
+        Cmd::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "dirlock", &mut out);
+            emit(&String::from_utf8_lossy(&out))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Man { of } => {
+            let cli = Cli::command();
+            let page = match &of {
+                None => cli,
+                Some(name) => {
+                    let sub = cli
+                        .get_subcommands()
+                        .find(|c| c.get_name() == name && !c.is_hide_set())
+                        .ok_or_else(|| {
+                            Failure(
+                                format!("cannot find a subcommand {name:?}: see `dirlock --help`"),
+                                64,
+                            )
+                        })?;
+                    sub.clone()
+                        .name(format!("dirlock-{name}"))
+                        .version(env!("CARGO_PKG_VERSION"))
+                }
+            };
+            let mut out = Vec::new();
+            clap_mangen::Man::new(page)
+                .render(&mut out)
+                .map_err(|e| Failure(format!("cannot render the manual page: {e}"), 1))?;
+            emit(&String::from_utf8_lossy(&out))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Unlock { sel, force } => {
             let (locks, target) = select(&sel)?;
             let req = request(&locks, &target);
@@ -389,23 +524,33 @@ enum Phase {
     Running(u32),
 }
 
+/// How `run` treats its command.
+struct RunOptions {
+    /// Say nothing while waiting.
+    quiet: bool,
+    /// The exit status when the lock is held by another process.
+    conflict: u8,
+    /// Whether the command inherits the beacon (keeps the lock held while it, or what it
+    /// leaves running, lives).
+    inherit: bool,
+}
+
 fn run(
     sel: &Selector,
     acq: &Acquire,
-    quiet: bool,
+    opts: &RunOptions,
     command: &[OsString],
 ) -> Result<ExitCode, Failure> {
     // Before any thread starts: SIGINT, SIGTERM and SIGHUP are received by a thread of ours,
     // not by their default handlers. While the lock is awaited they abandon the wait (nothing
     // is left behind and nothing runs: exit 128+N, as flock(1) does); once the command runs
     // they are forwarded to it (and `dirlock run` itself waits for it and releases).
-    dirlock::__cli::block_forwarded_signals()
-        .map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
+    sys::block_forwarded_signals().map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
     let (locks, target) = select(sel)?;
     let cancel =
         Cancel::new().map_err(|e| Failure(format!("cannot make a cancel handle: {e}"), 1))?;
     let phase = Arc::new(Mutex::new(Phase::Waiting(None)));
-    dirlock::__cli::on_signals({
+    sys::on_signals({
         let (phase, cancel) = (phase.clone(), cancel.clone());
         move |sig, from_process| match &mut *phase.lock().unwrap_or_else(|e| e.into_inner()) {
             Phase::Waiting(first) => {
@@ -414,12 +559,12 @@ fn run(
             }
             // A terminal's Ctrl-C or hangup reached the command already (same process
             // group): only what another process sent us is passed on.
-            Phase::Running(child) if from_process => dirlock::__cli::send_signal(*child, sig),
+            Phase::Running(child) if from_process => sys::send_signal(*child, sig),
             Phase::Running(_) => {}
         }
     });
     let mut req = configure(request(&locks, &target), acq).cancel(&cancel);
-    if !quiet {
+    if !opts.quiet {
         req = req.on_wait(|w| {
             say(&format!(
                 "waiting for {}: held by {} since {}, judged {}",
@@ -437,15 +582,23 @@ fn run(
         drop(acquired); // got it just as the signal came: released, nothing runs
         return Ok(ExitCode::from(128 + sig.clamp(0, 127) as u8));
     }
-    let guard = acquired?;
+    let guard = match acquired {
+        Ok(g) => g,
+        Err(e) if e.is_contended() => return Err(Failure(explain(&e), opts.conflict)),
+        Err(e) => return Err(e.into()),
+    };
     let mut cmd = std::process::Command::new(&command[0]);
     cmd.args(&command[1..]);
-    guard.keep_alive_in(&mut cmd);
-    dirlock::__cli::unblock_forwarded_in_child(&mut cmd);
+    if opts.inherit {
+        guard.keep_alive_in(&mut cmd);
+    } else {
+        guard.name_in(&mut cmd);
+    }
+    sys::unblock_forwarded_in_child(&mut cmd);
     // The command never outlives this process: were `dirlock run` killed (even by SIGKILL),
     // the kernel kills the command too, so no contender, whether it judges by the beacon or
     // (like the reference implementation) by our pid, ever gets the lock while it runs.
-    dirlock::__cli::die_with_parent(&mut cmd);
+    sys::die_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -476,7 +629,7 @@ fn run(
         _ => 1,
     };
     if let Err(e) = released {
-        say(&chain(&e));
+        say(&explain(&e));
         return Ok(ExitCode::from(if code == 0 { 1 } else { code as u8 }));
     }
     Ok(ExitCode::from(code.clamp(0, 255) as u8))
@@ -485,6 +638,7 @@ fn run(
 fn status(
     sel: &Selector,
     all: bool,
+    quiet: bool,
     json: bool,
     grace: Option<Duration>,
 ) -> Result<ExitCode, Failure> {
@@ -510,7 +664,18 @@ fn status(
     } else {
         statuses.iter().map(describe).collect::<Vec<_>>().join("\n")
     };
-    emit(&text)?;
+    if !quiet {
+        emit(&text)?;
+    }
+    // One lock: whether the next acquisition would get it.
+    let takeable = |st: &Status| match &st.state {
+        State::Free | State::DeadByProof => true,
+        State::DeadByEvidence { remaining } => remaining.is_zero(),
+        _ => false,
+    };
+    if !all && !statuses.iter().all(takeable) {
+        return Ok(ExitCode::from(EX_TEMPFAIL));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

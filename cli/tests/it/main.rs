@@ -1,0 +1,35 @@
+//! The `dirlock` command's integration tests, run for real (through `CARGO_BIN_EXE_dirlock`):
+//! its subcommands and exit statuses, chaos across processes, faults injected by strace,
+//! interoperability with the reference implementation.
+#![allow(clippy::disallowed_methods)] // tests build and tear down fixtures with std::fs
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+mod chaos;
+mod cli;
+mod faults;
+mod hardening;
+mod interop;
+mod names;
+mod safety;
+
+use std::ffi::OsString;
+use std::process::Command;
+
+/// The command under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_dirlock");
+
+/// A `dirlock hold` process, under `wrapper` if given, with `args`.
+pub fn hold_command(wrapper: &[&str], args: &[OsString]) -> Command {
+    let mut cmd = match wrapper.split_first() {
+        Some((program, rest)) => {
+            let mut c = Command::new(program);
+            c.args(rest).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
+    cmd.arg("hold").args(args);
+    cmd
+}

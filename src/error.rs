@@ -30,7 +30,7 @@ pub enum Error {
         since: SystemTime,
     },
     /// The wait for the lock ran out.
-    #[error("gave up on {} after waiting {}: {}", subject(lock, resource), secs(*waited),
+    #[error("gave up on {} after waiting {}: {}", subject(lock, resource), took(*waited),
         match owner { Some(o) => format!("it is held by {}", holder(o)), None => "it kept changing hands".into() })]
     Timeout {
         /// The lock directory.
@@ -137,7 +137,12 @@ pub enum Error {
         resource: String,
     },
     /// A directory or file is not private to this user (symlink, foreign owner, open mode).
-    #[error("refusing {}: {}; {fix}", text::path(path), text::escape(problem))]
+    #[error(
+        "refusing {}: {}; {}",
+        text::path(path),
+        text::escape(problem),
+        text::escape(fix)
+    )]
     Unsafe {
         /// The offending path.
         path: PathBuf,
@@ -330,6 +335,16 @@ fn stale(
     }
 }
 
+/// A time spent, to the nearest second (or millisecond, under one).
+fn took(d: Duration) -> String {
+    if d.as_secs() >= 1 {
+        format!("{:.0} s", d.as_secs_f64())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// A time left, rounded up (never promise less than there is).
 pub(crate) fn secs(d: Duration) -> String {
     if d.as_secs() >= 1 {
         format!("{:.0} s", d.as_secs_f64().ceil())

@@ -4,7 +4,7 @@ use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, GUARD_MARKER};
-use crate::protocol::{Seen, Space};
+use crate::protocol::{creator, Creator, Seen, Space};
 use crate::sys::{Identity, System};
 use std::collections::BTreeMap;
 use std::io;
@@ -178,6 +178,11 @@ pub(crate) fn status<S: System>(
             st.reason = Some(problem.clone());
             st.state = State::Malformed { problem };
         }
+        Seen::InUse { problem, .. } => {
+            let problem = format!("{problem}, and a process holds a lock on it");
+            st.reason = Some(problem.clone());
+            st.state = State::Malformed { problem };
+        }
         Seen::Owned { dir, meta, owner } => {
             let Judgement {
                 liveness,
@@ -210,12 +215,14 @@ pub(crate) fn status<S: System>(
         let Ok(meta) = sp.sys.meta_at(sp.dir, entry) else {
             continue; // gone meanwhile
         };
-        let creator_alive = sp
-            .sys
-            .open_dir_at(sp.dir, entry)
-            .ok()
-            .and_then(|d| sp.sys.try_lock(&d, false).ok())
-            .map(|free| !free);
+        let creator_alive = sp.sys.open_dir_at(sp.dir, entry).ok().and_then(|d| {
+            let record = sp.read_owner(&d).ok();
+            match creator(sp, &d, record.as_ref(), me) {
+                Creator::Alive(_) => Some(true),
+                Creator::Gone => Some(false),
+                Creator::Untold(_) => None,
+            }
+        });
         st.candidates.push(Leftover {
             name: entry.clone(),
             age: age(sp.sys, meta.mtime),

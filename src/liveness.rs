@@ -10,7 +10,7 @@
 //! | 2' | beacon recorded, and the `flock` is held (or cannot be probed) | live |
 //! | 3 | boot id recorded and not ours | dead by evidence |
 //! | 4 | pid namespace recorded and not ours (or ours unreadable) | unknown |
-//! | 5 | the pid is this process's, and this process never wrote the token | dead by evidence |
+//! | 5 | the pid is this process's, and this process never wrote the token | dead by evidence (unknown if the record has no pid namespace) |
 //! | 6 | the kernel says there is no process with the pid | dead by evidence |
 //! | 7 | start time recorded and the pid's start time differs | dead by evidence |
 //! | 8 | otherwise (including any fact that cannot be read) | live |
@@ -18,7 +18,10 @@
 //! Rule 1 is about another *kernel*: a record that carries our boot id was written on this
 //! kernel whatever host name it gives (a container's own UTS namespace, a host renamed since),
 //! so its beacon and pid facts mean what they say. Rule 5 sees through a pid that this very
-//! process now has: the record's writer died and the kernel gave its pid to us.
+//! process now has: the record's writer died and the kernel gave its pid to us. A record that
+//! does not name its pid namespace (the reference implementation's) may instead come from
+//! another namespace with the same pid (every container has a pid 1): unknown, never
+//! reclaimed automatically.
 
 use crate::owner::Owner;
 use crate::sys::Identity;
@@ -126,13 +129,27 @@ pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Jud
         }
     }
     if owner.pid == me.pid && !probe.wrote(&owner.token) {
-        return Judgement::new(
-            DeadByEvidence,
-            format!(
-                "pid {} is this process, which did not write this record (its writer died and the pid was reused)",
-                owner.pid
-            ),
-        );
+        // In our pid namespace (rule 4 checked it), the pid is ours now: its writer died. A
+        // record that does not say its namespace (the reference implementation's) may come
+        // from a process of another namespace with the same pid (pid 1 of another container):
+        // it cannot be judged from here.
+        return if owner.pid_namespace.is_some() {
+            Judgement::new(
+                DeadByEvidence,
+                format!(
+                    "pid {} is this process, which did not write this record (its writer died and the pid was reused)",
+                    owner.pid
+                ),
+            )
+        } else {
+            Judgement::new(
+                Unknown,
+                format!(
+                    "it names pid {}, this process, which did not write it: its writer died and the pid was reused, or it runs in another pid namespace",
+                    owner.pid
+                ),
+            )
+        };
     }
     match probe.process_alive(owner.pid) {
         Some(false) => {
@@ -379,12 +396,25 @@ mod tests {
                 vec!["wrote"],
             ),
             (
-                "5 reference record, our pid",
+                "5 reference record, our pid: maybe another namespace",
                 Owner::new(1000, "t"),
                 me(),
                 facts(None, Some(true), None),
-                DeadByEvidence,
+                Unknown,
                 vec!["wrote"],
+            ),
+            (
+                "5 our pid, a token we wrote: judged on",
+                with(|o| o.pid = 1000, false),
+                me(),
+                Facts {
+                    alive: Some(true),
+                    start: Some(100),
+                    wrote: true,
+                    ..Facts::default()
+                },
+                Live,
+                vec!["wrote", "kill", "start"],
             ),
             // 6: no such process.
             (

@@ -186,7 +186,7 @@ fn open_private(
         } else {
             format!(
                 "if only you use it, make it private with `chmod 700 {}`; otherwise {USE_A_PRIVATE_ONE}",
-                crate::text::path(&path)
+                crate::text::shell_word(&path)
             )
         };
         return Err(Error::Unsafe {
@@ -270,11 +270,12 @@ impl Locks {
         })?;
         let (var, temp) = paths::temp_source();
         if !temp.is_absolute() {
-            return Err(Error::InvalidInput {
-                what: format!("temporary directory {var}={}", crate::text::path(&temp)),
+            return Err(Error::Unsafe {
                 problem: format!(
-                    "it is a relative path, so the lock namespace would depend on the working directory and processes working in different directories would both get the same lock; set {var} to an absolute path"
+                    "{var} is a relative path, so the lock namespace would depend on the working directory and processes working in different directories would both get the same lock"
                 ),
+                fix: format!("set {var} to an absolute path"),
+                path: temp,
             });
         }
         Locks::open(Origin::App {
@@ -301,8 +302,16 @@ impl Locks {
         // Relative to the working directory now, once: messages and re-opening after a temp
         // cleaner then name the same directory.
         let path = path.as_ref();
-        let path = std::path::absolute(path)
+        let mut path = std::path::absolute(path)
             .map_err(|e| Error::io("resolve the lock directory", path, e))?;
+        // A path ending in `..` (or `.`) names its directory only once resolved.
+        if matches!(
+            path.components().next_back(),
+            Some(std::path::Component::ParentDir | std::path::Component::CurDir)
+        ) {
+            path = std::fs::canonicalize(&path)
+                .map_err(|e| Error::io("resolve the lock directory", &path, e))?;
+        }
         Locks::open(Origin::Dir(path))
     }
 
@@ -556,7 +565,14 @@ impl<'l> LockRequest<'l> {
     /// The lock's name and a description of what it protects.
     fn resolve(&self) -> Result<(String, String, Family), Error> {
         let canonical = |p: &Path, what: &'static str| {
-            std::fs::canonicalize(p).map_err(|e| Error::io(what, p, e))
+            let real = std::fs::canonicalize(p).map_err(|e| Error::io(what, p, e))?;
+            if !real.is_dir() {
+                return Err(Error::InvalidInput {
+                    what: format!("{} {}", &what["resolve the ".len()..], crate::text::path(p)),
+                    problem: "it is not a directory".into(),
+                });
+            }
+            Ok(real)
         };
         Ok(match &self.target {
             Target::Repository(root) => {

@@ -85,6 +85,14 @@ pub(crate) enum Seen<S: System> {
     Gone,
     /// Something that is not a well-formed lock of ours.
     Malformed(String),
+    /// A lock directory whose record cannot be trusted (missing, malformed) but whose beacon a
+    /// process holds: in use, though damaged (a temp cleaner caught halfway, a record written
+    /// over). Never reclaimed; a waiting acquisition waits for it to change.
+    InUse {
+        dir: S::Dir,
+        meta: Meta,
+        problem: String,
+    },
     /// A lock with a readable record.
     Owned {
         dir: S::Dir,
@@ -183,6 +191,11 @@ impl<S: System> Space<'_, S> {
         // meanwhile.
         match self.sys.meta_at(self.dir, name) {
             Ok(now) if now.id == meta.id => match problem {
+                Unreadable::Malformed(problem)
+                    if self.sys.try_lock(&dir, false).ok() == Some(false) =>
+                {
+                    Ok(Seen::InUse { dir, meta, problem })
+                }
                 Unreadable::Malformed(p) => Ok(Seen::Malformed(p)),
                 Unreadable::Io(e) => Err(self.io("read the owner record of", name, e)),
             },
@@ -769,6 +782,27 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
         Ok(())
     }
 
+    /// A damaged lock that a process holds ([`Seen::InUse`]): fail fast with what is wrong,
+    /// or wait for its beacon to be let go, as for a live holder.
+    fn wait_while_in_use(
+        &mut self,
+        c: &mut Staged<S>,
+        dir: S::Dir,
+        meta: Meta,
+        problem: String,
+    ) -> Result<(), Error> {
+        if self.expired() {
+            return Err(self.give_up(|| Error::Malformed {
+                lock: self.sp.entry(self.req.name),
+                resource: self.req.resource.to_owned(),
+                problem: format!("{problem}, and a process holds a lock on it"),
+            }));
+        }
+        c.last_watch = self.wait(&dir, meta.id, Evidence::Beacon, None)?;
+        c.last_seen = Some(dir);
+        Ok(())
+    }
+
     /// A dead holder: wait out the grace period (evidence only), then reclaim under the guard.
     /// `Some(owner)` when this contender reclaimed it.
     fn reclaim_dead(
@@ -863,6 +897,10 @@ fn contend<S: System>(
                     problem,
                 })
             }
+            Seen::InUse { dir, meta, problem } => {
+                k.wait_while_in_use(c, dir, meta, problem)?;
+                continue;
+            }
             Seen::Owned { dir, meta, owner } => (dir, meta, owner),
         };
         let judgement = sp.judge(&dir, &owner, me);
@@ -925,16 +963,33 @@ fn wait_for_change<S: System>(
         if timeout == Some(Duration::ZERO) {
             return Ok(watch); // the caller re-judges and reports the deadline
         }
-        // Without a watch, or after wake-ups that changed nothing (a pidfd of a zombie stays
-        // readable), back off instead of spinning.
-        let use_watch = watch.is_some() && spurious < 3;
-        if !use_watch {
+        // Without a watch, back off. After wake-ups that changed nothing (a reader opening
+        // the lock directory, a pidfd of a zombie that stays readable), pause a little before
+        // watching again, so that a storm of them cannot make a waiter spin; what happens
+        // meanwhile is queued and wakes the next sleep at once.
+        if watch.is_none() {
             let pause = backoff.next_pause();
             timeout = Some(timeout.map_or(pause, |t| t.min(pause)));
+        } else if spurious >= 3 {
+            let pause = backoff.next_pause();
+            let pause = timeout.map_or(pause, |t| t.min(pause));
+            if sp
+                .sys
+                .sleep(None, Some(pause), cancel)
+                .map_err(|e| sp.io("wait for the lock", req.name, e))?
+                == Wake::Cancelled
+            {
+                return Err(Error::Cancelled {
+                    lock: sp.entry(req.name),
+                    resource: req.resource.to_owned(),
+                });
+            }
+            spurious = 0;
+            continue;
         }
         let wake = sp
             .sys
-            .sleep(watch.as_ref().filter(|_| use_watch), timeout, cancel)
+            .sleep(watch.as_ref(), timeout, cancel)
             .map_err(|e| sp.io("wait for the lock", req.name, e))?;
         match wake {
             Wake::Cancelled => {
@@ -943,7 +998,7 @@ fn wait_for_change<S: System>(
                     resource: req.resource.to_owned(),
                 })
             }
-            Wake::TimedOut if use_watch => return Ok(watch),
+            Wake::TimedOut if watch.is_some() => return Ok(watch),
             Wake::TimedOut => {}
             Wake::Changed => spurious += 1,
         }
@@ -1148,21 +1203,9 @@ fn sweep_candidate<S: System>(
         return Swept::Kept("it cannot be opened".into());
     };
     let record = sp.read_owner(&dir).ok();
-    match sp.sys.try_lock(&dir, false) {
-        Ok(true) => {}
-        Ok(false) => {
-            return Swept::Kept("its creator is alive (it holds the candidate's beacon)".into())
-        }
-        // No flock here: judge the creator by its record, like any owner.
-        Err(e) if is(&e, Errno::LockUnsupported) => {
-            if let Some(owner) = &record {
-                let judgement = sp.judge(&dir, owner, me);
-                if !judgement.liveness.is_dead() {
-                    return Swept::Kept(format!("its creator is {judgement}"));
-                }
-            }
-        }
-        Err(_) => return Swept::Kept("its creator cannot be probed".into()),
+    match creator(sp, &dir, record.as_ref(), me) {
+        Creator::Gone => {}
+        Creator::Alive(why) | Creator::Untold(why) => return Swept::Kept(why),
     }
     if record.is_none() && age < STAGING_FLOOR {
         return Swept::Kept("it has no record yet (it may be being staged)".into());
@@ -1179,6 +1222,50 @@ fn sweep_candidate<S: System>(
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Swept::Untouched,
         Err(e) => Swept::Kept(format!("it could not be retired: {e}")),
+    }
+}
+
+/// What became of a candidate's creator.
+pub(crate) enum Creator {
+    /// It still works on it (the reason says how we know).
+    Alive(String),
+    /// It is gone.
+    Gone,
+    /// It cannot be told (why).
+    Untold(String),
+}
+
+/// Judges the creator of the open candidate `dir` whose record (if it has one yet) is
+/// `record`. A record that does not claim a beacon (the reference implementation's, which
+/// never takes one, or ours on a filesystem without `flock`) is judged by its pid like any
+/// owner; otherwise the candidate's beacon decides: held, its creator is alive; free, gone
+/// (a candidate is briefly beacon-less while it is made: the caller minds its age).
+pub(crate) fn creator<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    record: Option<&Owner>,
+    me: &Identity,
+) -> Creator {
+    let by_record = |owner: &Owner| {
+        let judgement = sp.judge(dir, owner, me);
+        if judgement.liveness.is_dead() {
+            Creator::Gone
+        } else {
+            Creator::Alive(format!("its creator is {judgement}"))
+        }
+    };
+    match record {
+        Some(owner) if !owner.has_beacon() => return by_record(owner),
+        _ => {}
+    }
+    match sp.sys.try_lock(dir, false) {
+        Ok(true) => Creator::Gone,
+        Ok(false) => {
+            Creator::Alive("its creator is alive (it holds the candidate's beacon)".into())
+        }
+        // No flock here after all: judge by the record, if there is one yet.
+        Err(e) if is(&e, Errno::LockUnsupported) => record.map_or(Creator::Gone, by_record),
+        Err(_) => Creator::Untold("its creator cannot be probed".into()),
     }
 }
 
@@ -1228,7 +1315,7 @@ pub(crate) fn unlock<S: System>(
                 }
                 (Some(owner), meta.id)
             }
-            Seen::Malformed(problem) => {
+            Seen::InUse { problem, .. } | Seen::Malformed(problem) => {
                 let malformed = |problem: String| Error::Malformed {
                     lock: sp.entry(name),
                     resource: resource.to_owned(),

@@ -121,8 +121,9 @@ pub(crate) enum Plant {
     /// A dead owner's beacon record whose token is not a safe name (`/`, `..`, 300 bytes, a
     /// NUL): never a path component.
     Token(u8),
-    /// A reference record naming the pid of a live simulated process (the last one started)
-    /// with a token that process never wrote: dead to it, live to the others until it exits.
+    /// A record of our format (its pid namespace ours, no beacon) naming the pid of a live
+    /// simulated process (the last one started) with a token that process never wrote: dead to
+    /// it, live to the others until it exits.
     TheirOwnPid,
     /// A dead owner's beacon record from another host name on this kernel (our boot id).
     OtherHostThisKernel,
@@ -148,7 +149,9 @@ impl Plant {
                 };
                 format!(r#"{{"pid":{dead},"token":"{token}","beacon":{beacon}}}"#)
             }
-            Plant::TheirOwnPid => format!(r#"{{"pid":{victim},"token":"planted"}}"#),
+            Plant::TheirOwnPid => format!(
+                r#"{{"pid":{victim},"token":"planted","pid_namespace":"pid:[sim]","beacon":false}}"#
+            ),
             Plant::OtherHostThisKernel => format!(
                 r#"{{"pid":{dead},"token":"planted","host":"elsewhere","boot_id":"sim-boot","beacon":{beacon}}}"#
             ),

@@ -36,6 +36,21 @@ pub fn path(p: &Path) -> String {
     escape(&p.to_string_lossy()).into_owned()
 }
 
+/// A path as a shell word, for a command a message suggests: as it is when it holds only
+/// characters no shell reads specially, else single-quoted (with `'` as `'\''`), and with
+/// hazardous characters escaped (such a path cannot be pasted as it is, but it cannot touch
+/// the terminal either).
+pub fn shell_word(p: &Path) -> String {
+    let s = p.to_string_lossy();
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+,:@%=".contains(&b));
+    if plain {
+        return s.into_owned();
+    }
+    escape(&format!("'{}'", s.replace('\'', "'\\''"))).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -48,6 +63,14 @@ mod tests {
             "\\u{1b}[2J\\u{a}\\u{d}\\u{7}\\u{9b}\\u{7f}x"
         );
         assert_eq!(escape("a\u{202e}b"), "a\\u{202e}b");
+    }
+
+    #[test]
+    fn shell_words_are_quoted() {
+        assert_eq!(shell_word(Path::new("/srv/locks")), "/srv/locks");
+        assert_eq!(shell_word(Path::new("/a b/c")), "'/a b/c'");
+        assert_eq!(shell_word(Path::new("/it's")), "'/it'\\''s'");
+        assert_eq!(shell_word(Path::new("/x\u{1b}y")), "'/x\\u{1b}y'");
     }
 
     proptest::proptest! {

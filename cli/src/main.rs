@@ -237,7 +237,12 @@ const EX_PIPE: u8 = 141;
 
 impl From<Error> for Failure {
     fn from(e: Error) -> Failure {
-        let code = if e.is_contended() { EX_TEMPFAIL } else { 1 };
+        let code = match &e {
+            e if e.is_contended() => EX_TEMPFAIL,
+            // A name or an argument that cannot be used: a usage error.
+            Error::InvalidInput { .. } => EX_USAGE,
+            _ => 1,
+        };
         Failure(explain(&e), code)
     }
 }
@@ -370,8 +375,10 @@ fn configure<'l>(mut req: LockRequest<'l>, acq: &Acquire) -> LockRequest<'l> {
 }
 
 fn ago(t: SystemTime) -> String {
-    let d = SystemTime::now().duration_since(t).unwrap_or_default();
-    format!("{} s ago", d.as_secs())
+    match SystemTime::now().duration_since(t) {
+        Ok(d) => format!("{} s ago", d.as_secs()),
+        Err(e) => format!("{} s in the future", e.duration().as_secs()),
+    }
 }
 
 fn unix_ms(t: SystemTime) -> Option<u64> {
@@ -518,10 +525,17 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
 
 /// Where `dirlock run` is, for its signal thread.
 enum Phase {
+    /// Finding the lock directory: nothing is held yet, a signal ends `run` at once.
+    Setup,
     /// Taking the lock: a signal abandons the wait (the first one is kept).
     Waiting(Option<i32>),
+    /// The lock is held and the command being started: a signal (a terminal's included: the
+    /// command may not exist yet to receive it) is kept, and passed on once it does.
+    Starting(Option<i32>),
     /// The command runs: signals other processes send are forwarded to it.
     Running(u32),
+    /// The command has exited (its pid may be another process's by now): nothing is forwarded.
+    Done,
 }
 
 /// How `run` treats its command.
@@ -546,23 +560,29 @@ fn run(
     // is left behind and nothing runs: exit 128+N, as flock(1) does); once the command runs
     // they are forwarded to it (and `dirlock run` itself waits for it and releases).
     sys::block_forwarded_signals().map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
-    let (locks, target) = select(sel)?;
     let cancel =
         Cancel::new().map_err(|e| Failure(format!("cannot make a cancel handle: {e}"), 1))?;
-    let phase = Arc::new(Mutex::new(Phase::Waiting(None)));
+    let phase = Arc::new(Mutex::new(Phase::Setup));
     sys::on_signals({
         let (phase, cancel) = (phase.clone(), cancel.clone());
         move |sig, from_process| match &mut *phase.lock().unwrap_or_else(|e| e.into_inner()) {
+            Phase::Setup => std::process::exit(128 + sig),
             Phase::Waiting(first) => {
                 first.get_or_insert(sig);
                 cancel.cancel();
             }
+            Phase::Starting(pending) => {
+                pending.get_or_insert(sig);
+            }
             // A terminal's Ctrl-C or hangup reached the command already (same process
             // group): only what another process sent us is passed on.
             Phase::Running(child) if from_process => sys::send_signal(*child, sig),
-            Phase::Running(_) => {}
+            Phase::Running(_) | Phase::Done => {}
         }
     });
+    let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
+    let (locks, target) = select(sel)?;
+    *lock_phase() = Phase::Waiting(None);
     let mut req = configure(request(&locks, &target), acq).cancel(&cancel);
     if !opts.quiet {
         req = req.on_wait(|w| {
@@ -576,11 +596,14 @@ fn run(
         });
     }
     let acquired = req.acquire();
-    // Decide under the phase lock, so that a signal is either seen here or forwarded.
-    let mut phase = phase.lock().unwrap_or_else(|e| e.into_inner());
-    if let Phase::Waiting(Some(sig)) = *phase {
-        drop(acquired); // got it just as the signal came: released, nothing runs
-        return Ok(ExitCode::from(128 + sig.clamp(0, 127) as u8));
+    // Decide under the phase lock, so that a signal is either seen here or kept for later.
+    {
+        let mut phase = lock_phase();
+        if let Phase::Waiting(Some(sig)) = *phase {
+            drop(acquired); // got it just as the signal came: released, nothing runs
+            return Ok(ExitCode::from(128 + sig.clamp(0, 127) as u8));
+        }
+        *phase = Phase::Starting(None);
     }
     let guard = match acquired {
         Ok(g) => g,
@@ -614,9 +637,13 @@ fn run(
             ));
         }
     };
-    *phase = Phase::Running(child.id());
-    drop(phase);
+    let pending = std::mem::replace(&mut *lock_phase(), Phase::Running(child.id()));
+    if let Phase::Starting(Some(sig)) = pending {
+        // It came while the command was being started: the command may have missed it.
+        sys::send_signal(child.id(), sig);
+    }
     let status = child.wait();
+    *lock_phase() = Phase::Done;
     // Released after the command exits, whatever happened to it.
     let released = guard.release();
     let status = status.map_err(|e| Failure(format!("cannot wait for the command: {e}"), 1))?;

@@ -207,7 +207,8 @@ pub trait System {
     fn remove_file_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
     /// Removes empty directory `name` in `at`.
     fn remove_dir_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
-    /// The names in a directory (without `.` and `..`).
+    /// The names in a directory (without `.` and `..`, and without names that are not UTF-8:
+    /// the protocol makes none, and leaves them alone).
     fn list(&self, dir: &Self::Dir) -> io::Result<Vec<String>>;
     /// `flock` without blocking: `Ok(true)` when taken, `Ok(false)` when someone else holds a
     /// conflicting lock.

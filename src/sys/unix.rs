@@ -4,7 +4,7 @@
 #![allow(unsafe_code)]
 
 use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -366,6 +366,11 @@ mod inotify {
                 let ev: libc::inotify_event =
                     unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
                 at += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+                if ev.len > 0 {
+                    // About an entry inside (a reader of owner.json closing it), not the
+                    // lock directory itself: nothing a waiter waits for.
+                    continue;
+                }
                 let gone = ev.mask & libc::IN_IGNORED != 0;
                 if let Some(w) = inst.watches.get_mut(&ev.wd) {
                     w.epoch += 1;
@@ -795,7 +800,11 @@ impl System for Real {
             if bytes == b"." || bytes == b".." {
                 continue;
             }
-            names.push(OsStr::from_bytes(bytes).to_string_lossy().into_owned());
+            // The protocol names everything it makes in ASCII: a name that is not UTF-8 is not
+            // ours, and a lossy copy of it would name nothing (or something else).
+            if let Ok(name) = std::str::from_utf8(bytes) {
+                names.push(name.to_owned());
+            }
         };
         // SAFETY: `stream` is valid and closed exactly once.
         unsafe { libc::closedir(stream) };
@@ -957,5 +966,36 @@ pub(crate) fn keep_open_in_child(cmd: &mut std::process::Command, fd: RawFd) {
             check(libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
             Ok(())
         });
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Readers of what a lock directory holds (status reading owner.json) do not wake its
+    /// waiters; its own rename does.
+    #[test]
+    fn only_the_lock_directory_itself_wakes_a_watch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sys = Real;
+        let parent = sys.open_dir_path(tmp.path()).unwrap();
+        sys.mkdir_at(&parent, "l").unwrap();
+        let lock = sys.open_dir_at(&parent, "l").unwrap();
+        sys.create_file_at(&lock, "owner.json", b"{}", false, false)
+            .unwrap();
+        let watch = sys.watch(&lock, None).unwrap().expect("inotify");
+        for _ in 0..5 {
+            sys.read_file_at(&lock, "owner.json", 100).unwrap();
+        }
+        let wake = sys
+            .sleep(Some(&watch), Some(Duration::from_millis(50)), None)
+            .unwrap();
+        assert_eq!(wake, Wake::TimedOut, "reading owner.json woke the waiter");
+        let _ = sys.rename_noreplace(&parent, "l", "m").unwrap();
+        let wake = sys
+            .sleep(Some(&watch), Some(Duration::from_secs(5)), None)
+            .unwrap();
+        assert_eq!(wake, Wake::Changed, "the rename did not wake the waiter");
     }
 }

@@ -56,7 +56,31 @@ fn a_lock_from_the_future_is_reclaimed_after_the_grace_period_as_observed() {
 #[test]
 fn a_record_naming_this_process_with_a_foreign_token_is_a_dead_owners() {
     let fx = Fixture::new();
-    let rec = format!(r#"{{"pid":{},"token":"not-ours"}}"#, std::process::id());
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    // A record of our own format (it says its pid namespace: ours), without a beacon, as on a
+    // filesystem without flock.
+    let rec = format!(
+        r#"{{"pid":{},"token":"not-ours","pid_namespace":"{}","beacon":false}}"#,
+        std::process::id(),
+        ns.display()
+    );
+    // A reference record naming our pid could come from another pid namespace (another
+    // container's process with the same pid): unknown, and said so, never reclaimed.
+    let reference = format!(r#"{{"pid":{},"token":"not-ours"}}"#, std::process::id());
+    plant(fx.dir(), "ref.lock", &reference, Duration::ZERO);
+    let err = fx
+        .locks
+        .named_lock("ref.lock")
+        .grace(Duration::ZERO)
+        .acquire()
+        .unwrap_err();
+    match &err {
+        Error::Locked { judgement, .. } => {
+            assert_eq!(judgement.liveness, dirlock::Liveness::Unknown, "{err}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().contains("another pid namespace"), "{err}");
     plant(fx.dir(), "me.lock", &rec, Duration::ZERO);
     let st = fx.locks.named_lock("me.lock").status().unwrap();
     assert!(
@@ -282,4 +306,93 @@ fn a_fuse_mount_never_makes_renames_plain_elsewhere() {
         std::fs::read_dir(fx.dir().join("x.lock")).unwrap().count(),
         0
     );
+}
+
+/// The reference implementation stages candidates with a `{pid, token}` record and no
+/// `flock`: a sweep must judge their creators by pid, not by a beacon they never take (a
+/// `sweep --grace 0` used to retire a live reference candidate mid-acquisition).
+#[test]
+fn sweep_judges_a_reference_candidate_by_its_pid() {
+    let fx = Fixture::new();
+    let live = ChildGuard::spawn(std::process::Command::new("sleep").arg("60"));
+    let staging = "r.lock.candidate.5f0c6a3e-9d7b-4c1e-8f2a-0b1c2d3e4f50";
+    plant(
+        fx.dir(),
+        staging,
+        &format!(
+            r#"{{"pid":{},"token":"5f0c6a3e-9d7b-4c1e-8f2a-0b1c2d3e4f50"}}"#,
+            live.id()
+        ),
+        Duration::ZERO,
+    );
+    let dead = "r.lock.candidate.6f0c6a3e-9d7b-4c1e-8f2a-0b1c2d3e4f51";
+    plant(
+        fx.dir(),
+        dead,
+        &format!(
+            r#"{{"pid":{},"token":"6f0c6a3e-9d7b-4c1e-8f2a-0b1c2d3e4f51"}}"#,
+            dead_pid()
+        ),
+        Duration::ZERO,
+    );
+    let report = fx.locks.sweep(Duration::ZERO).unwrap();
+    assert!(
+        report
+            .kept
+            .iter()
+            .any(|(n, why)| n == staging && why.contains("live")),
+        "{report:?}"
+    );
+    assert!(report.removed.iter().any(|n| n == dead), "{report:?}");
+    assert!(fx.dir().join(staging).join("owner.json").exists());
+    let st = fx.locks.named_lock("r.lock").status().unwrap();
+    let c = st.candidates.iter().find(|c| c.name == staging).unwrap();
+    assert_eq!(c.creator_alive, Some(true), "status: {c:?}");
+}
+
+/// A lock whose record a temp cleaner removed (caught halfway through `rm -rf`) while its
+/// holder lives is in use, not a malformed lock to give up on: a waiting acquisition waits for
+/// the holder, and gets the lock when it lets go.
+#[test]
+fn a_damaged_lock_in_use_is_waited_for() {
+    let fx = Fixture::new();
+    let holder = Holder::start(fx.dir(), &["--lock", "d.lock"]);
+    std::fs::remove_file(fx.dir().join("d.lock/owner.json")).unwrap();
+    let err = fx.locks.named_lock("d.lock").acquire().unwrap_err();
+    assert!(
+        matches!(err, Error::Malformed { .. })
+            && err.to_string().contains("a process holds a lock on it"),
+        "{err}"
+    );
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            fx.locks
+                .named_lock("d.lock")
+                .wait(Duration::from_secs(20))
+                .acquire()
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!waiter.is_finished(), "the waiter gave up on a lock in use");
+        holder.release();
+        let g = waiter.join().unwrap().expect("the waiter gets the lock");
+        g.release().unwrap();
+    });
+}
+
+/// Entries whose names are not UTF-8 are not the protocol's: a sweep leaves them (and does not
+/// claim to have removed a lossy copy of the name), and `statuses` does not list a lock by a
+/// name that is not its own.
+#[test]
+fn names_that_are_not_utf8_are_left_alone() {
+    use std::os::unix::ffi::OsStrExt;
+    let fx = Fixture::new();
+    let odd = fx
+        .dir()
+        .join(std::ffi::OsStr::from_bytes(b"a.lock.tombstone.\xff"));
+    private_dir(&odd);
+    private_dir(&fx.dir().join(std::ffi::OsStr::from_bytes(b"b\xfe.lock")));
+    let report = fx.locks.sweep(Duration::ZERO).unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert!(odd.exists());
+    assert!(fx.locks.statuses().unwrap().is_empty());
 }

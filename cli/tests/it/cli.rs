@@ -395,7 +395,7 @@ fn sweep_removes_only_what_it_may() {
     plant(
         fx.dir(),
         "s.lock.candidate.dead",
-        r#"{"pid":1,"token":"dead"}"#,
+        &format!(r#"{{"pid":{},"token":"dead"}}"#, dead_pid()),
         old,
     );
     plant(

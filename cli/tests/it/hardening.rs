@@ -56,10 +56,14 @@ fn a_command_that_closed_the_beacon_dies_with_its_killed_wrapper() {
     ));
     let command = read_pid(&pidfile);
     let _command = PidGuard(command);
-    let fds = std::fs::read_dir(format!("/proc/{command}/fd"))
+    // It closed what it inherited: no descriptor of it is the lock (the beacon).
+    let lock = fx.dir().join("k.lock");
+    let beacons = std::fs::read_dir(format!("/proc/{command}/fd"))
         .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| *t == lock)
         .count();
-    assert_eq!(fds, 3, "the command closed every inherited descriptor");
+    assert_eq!(beacons, 0, "the command closed the beacon it inherited");
     wrapper.0.kill().unwrap();
     wrapper.0.wait().unwrap();
     // Whenever a second run gets the lock, the first command must be gone.
@@ -617,5 +621,47 @@ fn sweep_with_grace_zero_leaves_a_candidate_being_staged() {
         text(&o.stdout).contains("removed s.lock.candidate.staging"),
         "{}",
         text(&o.stdout)
+    );
+}
+
+/// A Ctrl-C that comes after the lock is taken but before the command exists is not lost: the
+/// command (started meanwhile) gets it. strace slows the start down to make the window wide.
+#[test]
+fn ctrl_c_while_the_command_starts_is_not_lost() {
+    if lacks(
+        "hardening::ctrl_c_while_the_command_starts_is_not_lost",
+        "script(1) and strace",
+        have("script") && have("strace"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let out_file = fx.tmp.path().join("out");
+    let inner = format!(
+        "strace -o /dev/null -f -e trace=clone,clone3 -e inject=clone:delay_enter=2000000 {BIN} run --dir {} --lock a.lock -- sh -c 'echo started > {1}; sleep 3; echo finished >> {1}'",
+        fx.dir().display(),
+        out_file.display()
+    );
+    let mut script = ChildGuard::spawn(
+        Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    // The lock is taken at once (nothing holds it), then the start is delayed 2 s.
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut stdin = script.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"\x03").unwrap();
+    let status = script.wait_for(Duration::from_secs(20));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(130),
+        "the Ctrl-C was lost"
+    );
+    let out = std::fs::read_to_string(&out_file).unwrap_or_default();
+    assert!(
+        !out.contains("finished"),
+        "the command ran to its end: {out:?}"
     );
 }

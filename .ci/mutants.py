@@ -293,6 +293,10 @@ MUTANTS = [
      'cli', 'hardening::ctrl_c_while_the_command_starts_is_not_lost'),
 ]
 
+# How long a broken test may run before it counts as hung (caught).
+TIMEOUT = 45
+
+
 def main():
     only = set(sys.argv[1:])
     survived = []
@@ -313,23 +317,27 @@ def main():
             # removed: give it a private TMPDIR, and remove what it left in /dev/shm.
             tmp = tempfile.mkdtemp(prefix="dirlock-mutant-")
             shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+            # Output to a file, not a pipe: a process a broken test leaked must not keep us
+            # waiting for the end of its output.
+            log = open(os.path.join(tmp, "cargo.log"), "w+")
             p = subprocess.Popen(["cargo", "test", "-q", *target, "--", "--exact", test],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 stdout=log, stderr=subprocess.STDOUT, text=True,
                                  start_new_session=True, env={**os.environ, "TMPDIR": tmp})
             try:
-                _, err = p.communicate(timeout=60)
+                p.wait(timeout=TIMEOUT)
                 how = "failed" if p.returncode != 0 else "PASSED"
             except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                _, err = p.communicate()
-                how = "hung (killed after 60 s)"
-            # Again, for anything forked while the group was being killed (or a caught test
-            # left behind).
-            time.sleep(0.5)
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+                how = f"hung (killed after {TIMEOUT} s)"
+            # Everything the test started, in whatever process group (tests put their children
+            # in groups of their own), is in the session cargo leads: kill it all, twice, for
+            # anything forked meanwhile.
+            for _ in range(2):
+                subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], stderr=subprocess.DEVNULL)
+                time.sleep(0.3)
+            p.wait()
+            log.seek(0)
+            err = log.read()
+            log.close()
             shutil.rmtree(tmp, ignore_errors=True)
             for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
                 if entry.startswith(".tmp"):

@@ -57,10 +57,6 @@ pub(crate) fn reclaim<S: System>(
     ages: &mut Ages,
 ) -> Result<Reclaim, Error> {
     let gname = guard_name(name);
-    #[cfg(any(test, feature = "sim"))]
-    if sp.sys.mutant() == crate::sys::Mutant::SkipGuard {
-        return retire_checked(sp, name, expect);
-    }
     let guard = match stage_guard(sp, name, &gname)? {
         Some(guard) => guard,
         None => match take_left_guard(sp, &gname, grace, ages)? {
@@ -278,14 +274,6 @@ fn take_left_guard<S: System>(
     Ok(Ok(guard))
 }
 
-/// Whether the token-check mutant is active (always false outside tests).
-fn skip_token<S: System>(_sp: &Space<S>) -> bool {
-    #[cfg(any(test, feature = "sim"))]
-    return _sp.sys.mutant() == crate::sys::Mutant::SkipTokenCheck;
-    #[cfg(not(any(test, feature = "sim")))]
-    false
-}
-
 /// Under the guard: check that `NAME` is still what `expect` says, retire it, check the
 /// tombstone, reap.
 fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Result<Reclaim, Error> {
@@ -293,9 +281,7 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
     // forced removal, its exclusive flock) until it is a tombstone.
     let (held, id) = match expect {
         Expect::Token(token) => match sp.observe(name)? {
-            Seen::Owned { dir, meta, owner } if owner.token == token || skip_token(sp) => {
-                (Some(dir), meta.id)
-            }
+            Seen::Owned { dir, meta, owner } if owner.token == token => (Some(dir), meta.id),
             _ => return Ok(Reclaim::Changed),
         },
         Expect::Dir(id) => {

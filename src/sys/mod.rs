@@ -97,21 +97,6 @@ pub struct Identity {
     pub uid: u32,
 }
 
-/// Deliberately broken variants of the protocol, for showing that the simulation catches them.
-/// Test builds only: release builds have no trace of them.
-#[cfg(any(test, feature = "sim"))]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mutant {
-    /// The protocol as written.
-    None,
-    /// Reclaim without taking the `.reclaim` guard.
-    SkipGuard,
-    /// Reclaim without checking, under the guard, that the lock still carries the dead token.
-    SkipTokenCheck,
-    /// `rename` instead of `renameat2(RENAME_NOREPLACE)` (replaces an empty directory).
-    PlainRename,
-}
-
 /// The system operations the lock protocol is written against.
 ///
 /// Every filesystem operation is relative to an open directory ([`System::Dir`]) and never
@@ -241,12 +226,6 @@ pub trait System {
         timeout: Option<Duration>,
         cancel: Option<&CancelHandle>,
     ) -> io::Result<Wake>;
-
-    /// Which deliberate break is active (test builds only).
-    #[cfg(any(test, feature = "sim"))]
-    fn mutant(&self) -> Mutant {
-        Mutant::None
-    }
 }
 
 /// The error numbers the protocol tells apart, named portably (the numbers differ by platform).

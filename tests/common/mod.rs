@@ -9,7 +9,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// A test's own lock directory (and a repository root beside it).
 pub struct Fixture {
@@ -439,6 +439,38 @@ pub struct Outcome {
 /// Checks a sections log (I1): no section saw another inside, and between an `enter` and the
 /// next `enter` only the first section's `exit` appears (a section killed inside has none).
 /// Returns (sections entered, sections completed).
+/// How long a chaos run goes on: for `run_for`, and then on until the log in `work` shows
+/// `min_sections` completed sections (a loaded machine starts its workers slowly), at most ten
+/// times as long. A run that cannot reach the minimum fails its "too little happened" check.
+pub struct ChaosClock {
+    deadline: Instant,
+    last_chance: Instant,
+    min_sections: u64,
+    log: PathBuf,
+}
+
+impl ChaosClock {
+    pub fn new(work: &Path, run_for: Duration, min_sections: u64) -> Self {
+        let deadline = Instant::now() + run_for;
+        ChaosClock {
+            deadline,
+            last_chance: deadline + run_for * 10,
+            min_sections,
+            log: work.join("log"),
+        }
+    }
+
+    /// Whether to go on killing.
+    pub fn go_on(&self) -> bool {
+        let now = Instant::now();
+        now < self.deadline
+            || (now < self.last_chance
+                && std::fs::read_to_string(&self.log)
+                    .map_or(0, |l| l.matches("exit ").count() as u64)
+                    < self.min_sections)
+    }
+}
+
 pub fn check_log(work: &Path) -> (u64, u64) {
     let log = std::fs::read_to_string(work.join("log")).unwrap_or_default();
     let overlaps: Vec<&str> = log

@@ -23,7 +23,7 @@ fn library_chaos_soak() {
         ("tmpfs", tempfile::tempdir_in("/dev/shm").unwrap()),
         ("disk", tempfile::tempdir().unwrap()),
     ] {
-        let o = library_chaos(base.path(), 16, Duration::from_secs(secs / 2));
+        let o = library_chaos(base.path(), 16, Duration::from_secs(secs / 2), 0);
         eprintln!(
             "library chaos on {place}: {} acquisitions, {} workers SIGKILLed, {} of them holders ({:.2}% of acquisitions)",
             o.sections,
@@ -40,7 +40,7 @@ fn library_chaos_soak() {
 #[test]
 fn library_chaos_short() {
     let base = tempfile::tempdir_in("/dev/shm").unwrap();
-    let o = library_chaos(base.path(), 8, Duration::from_secs(2));
+    let o = library_chaos(base.path(), 8, Duration::from_secs(2), 101);
     eprintln!(
         "library chaos: {} acquisitions, {} workers SIGKILLed, {} of them holders",
         o.sections, o.kills, o.fail_points
@@ -125,8 +125,10 @@ fn chaos_worker() {
     }
 }
 
-/// Library workers in real processes, SIGKILLed at random and respawned.
-fn library_chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
+/// Library workers in real processes, SIGKILLed at random and respawned, for `run_for` and then
+/// on until `min_sections` sections have completed (a loaded machine starts workers slowly), at
+/// most ten times as long.
+fn library_chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u64) -> Outcome {
     let work = base.join("lib-work");
     std::fs::create_dir_all(&work).unwrap();
     let spawn = || {
@@ -139,7 +141,7 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
         )
     };
     let mut children: Vec<ChildGuard> = (0..workers).map(|_| spawn()).collect();
-    let deadline = Instant::now() + run_for;
+    let clock = ChaosClock::new(&work, run_for, min_sections);
     // Kill every `ms` (random in [ms, 4 ms)): three times in four the holder (the pid in the
     // lock's record, looked for a few times: the lock is often between holders), otherwise any
     // worker (most are waiting).
@@ -150,7 +152,7 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
     // the kernel, so a stall of seconds (the grace period is a minute) means one.
     let log_len = || std::fs::metadata(work.join("log")).map_or(0, |m| m.len());
     let (mut last_len, mut last_growth, mut longest_stall) = (0, Instant::now(), Duration::ZERO);
-    while Instant::now() < deadline {
+    while clock.go_on() {
         std::thread::sleep(Duration::from_millis(ms + rng % (3 * ms)));
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -211,7 +213,7 @@ fn library_chaos_on_fuse() {
     let Some(fuse) = Fuse::mount("chaos::library_chaos_on_fuse") else {
         return;
     };
-    let o = library_chaos(&fuse.path(), 6, Duration::from_secs(2));
+    let o = library_chaos(&fuse.path(), 6, Duration::from_secs(2), 51);
     eprintln!(
         "library chaos on FUSE: {} acquisitions, {} workers SIGKILLed",
         o.sections, o.kills

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The critical section. `$1` is the work directory.
 pub(crate) const SECTION: &str = r#"
@@ -58,7 +58,7 @@ const FAIL_POINTS: &[(&str, &str)] = &[
     ("guard", "inject=mkdirat:signal=SIGKILL:when=3"),
 ];
 
-fn chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
+fn chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u64) -> Outcome {
     let work = base.join("work");
     std::fs::create_dir_all(&work).unwrap();
     let locks = base.join("locks");
@@ -69,7 +69,7 @@ fn chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
     let fail_points = Arc::new(AtomicU64::new(0));
     let failures: Arc<Mutex<Vec<String>>> = Arc::default();
     let strace = Command::new("strace").arg("-V").output().is_ok();
-    let deadline = Instant::now() + run_for;
+    let clock = ChaosClock::new(&work, run_for, min_sections);
     let threads: Vec<_> = (0..workers)
         .map(|w| {
             let (stop, running, fail_points, failures) = (
@@ -144,7 +144,7 @@ fn chaos(base: &Path, workers: usize, run_for: Duration) -> Outcome {
     // The killer: SIGKILL a random `dirlock run` (holder or waiter) or the section in progress.
     let mut kills = 0u64;
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
-    while Instant::now() < deadline {
+    while clock.go_on() {
         std::thread::sleep(Duration::from_millis(15 + rng % 40));
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -252,7 +252,7 @@ fn report(place: &str, o: &Outcome) {
 #[test]
 fn chaos_on_tmpfs() {
     let base = tempfile::tempdir_in("/dev/shm").unwrap();
-    let o = chaos(base.path(), 8, Duration::from_secs(3));
+    let o = chaos(base.path(), 8, Duration::from_secs(3), 21);
     report("tmpfs", &o);
     assert!(
         o.sections > 20 && o.kills > 5,
@@ -263,7 +263,7 @@ fn chaos_on_tmpfs() {
 #[test]
 fn chaos_on_disk() {
     let base = tempfile::tempdir().unwrap();
-    let o = chaos(base.path(), 8, Duration::from_secs(3));
+    let o = chaos(base.path(), 8, Duration::from_secs(3), 21);
     report("disk", &o);
     assert!(
         o.sections > 20 && o.kills > 5,
@@ -279,7 +279,7 @@ fn chaos_on_fuse() {
     let Some(fuse) = Fuse::mount("chaos::chaos_on_fuse") else {
         return;
     };
-    let o = chaos(&fuse.path(), 8, Duration::from_secs(3));
+    let o = chaos(&fuse.path(), 8, Duration::from_secs(3), 21);
     report("FUSE (bindfs)", &o);
     assert!(
         o.sections > 20 && o.kills > 5,
@@ -295,7 +295,7 @@ fn chaos_soak() {
         ("tmpfs", tempfile::tempdir_in("/dev/shm").unwrap()),
         ("disk", tempfile::tempdir().unwrap()),
     ] {
-        let o = chaos(base.path(), 16, Duration::from_secs(secs / 2));
+        let o = chaos(base.path(), 16, Duration::from_secs(secs / 2), 0);
         report(place, &o);
     }
 }

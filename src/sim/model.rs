@@ -1,0 +1,402 @@
+//! The model: directories and files with modes and mtimes, open file descriptions with
+//! `flock`s, processes, a virtual clock, the baton that lets one process run at a time, and the
+//! invariant checks run after every step.
+
+use super::*;
+
+pub(crate) type Ino = u64;
+
+/// The unwinding payload of a crashed process.
+pub(crate) struct Crashed;
+
+#[derive(Debug)]
+pub(crate) enum Node {
+    Dir(BTreeMap<String, Ino>),
+    File(Vec<u8>),
+}
+
+#[derive(Debug)]
+pub(crate) struct Inode {
+    pub(crate) node: Node,
+    pub(crate) mode: u32,
+    pub(crate) mtime: Duration,
+    /// Bumped by events a watcher cares about (close, move, removal, mode change).
+    pub(crate) epoch: u64,
+    /// Made by the intruder (hostile input), not by the protocol.
+    pub(crate) foreign: bool,
+    /// Still linked into the tree (a removed directory lives on while handles are open).
+    pub(crate) linked: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ofd {
+    pub(crate) ino: Ino,
+    pub(crate) slot: usize,
+    pub(crate) lock: Option<bool>, // Some(exclusive)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Status {
+    /// The thread has not reached its first scheduling point yet.
+    Starting,
+    Running,
+    Ready,
+    Sleeping {
+        until: Option<Duration>,
+        watch: Option<(Ino, u64)>,
+    },
+    Done,
+}
+
+#[derive(Debug)]
+pub(crate) struct Proc {
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
+    pub(crate) alive: bool,
+    pub(crate) crashed: bool,
+    pub(crate) status: Status,
+}
+
+pub(crate) struct State {
+    pub(crate) turn: Option<usize>,
+    pub(crate) procs: Vec<Proc>,
+    pub(crate) inodes: HashMap<Ino, Inode>,
+    pub(crate) next_ino: Ino,
+    pub(crate) ofds: HashMap<u64, Ofd>,
+    pub(crate) next_fd: u64,
+    pub(crate) mono: Duration,
+    pub(crate) tokens: HashMap<String, usize>,
+    pub(crate) next_token: u64,
+    pub(crate) inside: Vec<usize>,
+    pub(crate) violations: Vec<String>,
+    pub(crate) trace: Vec<String>,
+    pub(crate) mutant: Mutant,
+    /// Every flock fails with ENOLCK, as on filesystems without it: owners are judged by pid.
+    pub(crate) no_flock: bool,
+    /// A FUSE filesystem like bindfs: no `RENAME_NOREPLACE` (plain renames, which replace an
+    /// empty directory, verified by the protocol), and `fstat` of a removed directory fails
+    /// with ENOENT (a scheduling point, so that a removal can come between an open and it).
+    pub(crate) fuse: bool,
+    /// Who wrote the marker in each guard directory (the guard's holder where there is no flock).
+    pub(crate) marked_by: HashMap<Ino, usize>,
+    /// The tokens each process wrote and is not done with (`System::own_token`).
+    pub(crate) owned: std::collections::HashSet<(usize, String)>,
+}
+
+pub(crate) struct World {
+    pub(crate) state: Mutex<State>,
+    pub(crate) cv: Condvar,
+}
+
+pub(crate) fn err(kind: io::ErrorKind) -> io::Error {
+    io::Error::from(kind)
+}
+
+pub(crate) fn errno(n: i32) -> io::Error {
+    io::Error::from_raw_os_error(n)
+}
+
+pub(crate) const EEXIST: i32 = 17;
+
+pub(crate) const ENOTDIR: i32 = 20;
+
+pub(crate) const ENOTEMPTY: i32 = 39;
+
+pub(crate) const ENAMETOOLONG: i32 = 36;
+
+/// What the kernel (and the real `sys`) says about a name that is not one directory entry: a
+/// `/` makes it a path (whose directories do not exist here), a NUL cannot be passed at all,
+/// and a name has at most 255 bytes.
+pub(crate) fn check_name(name: &str) -> io::Result<()> {
+    if name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "name contains NUL",
+        ));
+    }
+    if name.len() > 255 {
+        return Err(errno(ENAMETOOLONG));
+    }
+    if name.contains('/') || name.is_empty() || name == "." || name == ".." {
+        return Err(err(io::ErrorKind::NotFound));
+    }
+    Ok(())
+}
+
+impl State {
+    /// The lock directory now (0, which names nothing, while a cleaner has removed it).
+    pub(crate) fn d(&self) -> Ino {
+        self.lookup(PARENT, LOCKS).unwrap_or(0)
+    }
+
+    /// Removes what is in the lock directory (`whole`: and the directory itself), as a temp
+    /// cleaner or `rm -rf` would, unless a lock is published in it. Handles stay open on what
+    /// they named, now unlinked and empty.
+    pub(crate) fn clean(&mut self, whole: bool) -> bool {
+        let d = self.d();
+        let Ok(entries) = self.dir_entries(d) else {
+            return false;
+        };
+        if entries
+            .keys()
+            .any(|n| matches!(classify(n), Entry::Lock(_)))
+        {
+            return false;
+        }
+        if !whole {
+            let inside: Vec<Ino> = self
+                .dir_entries_mut(d)
+                .map(|e| std::mem::take(e).into_values().collect())
+                .unwrap_or_default();
+            self.unlink_trees(inside);
+            self.bump(d);
+            return true;
+        }
+        self.unlink_trees(vec![d]);
+        if let Ok(p) = self.dir_entries_mut(PARENT) {
+            p.remove(LOCKS);
+        }
+        true
+    }
+
+    /// Unlinks the trees rooted at `doomed`.
+    pub(crate) fn unlink_trees(&mut self, mut doomed: Vec<Ino>) {
+        while let Some(ino) = doomed.pop() {
+            if let Some(Node::Dir(e)) = self.inodes.get_mut(&ino).map(|i| &mut i.node) {
+                doomed.extend(std::mem::take(e).into_values());
+            }
+            if let Some(i) = self.inodes.get_mut(&ino) {
+                i.linked = false;
+                i.epoch += 1;
+            }
+        }
+    }
+
+    pub(crate) fn wall(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_700_000_000) + self.mono
+    }
+
+    /// The process with this pid: the live one if the pid was reused.
+    pub(crate) fn slot_of_pid(&self, pid: u32) -> Option<usize> {
+        self.procs
+            .iter()
+            .position(|p| p.pid == pid && p.alive)
+            .or_else(|| self.procs.iter().position(|p| p.pid == pid))
+    }
+
+    pub(crate) fn violation(&mut self, what: String) {
+        let trace = self.trace[self.trace.len().saturating_sub(40)..].join("\n  ");
+        self.violations
+            .push(format!("{what}\n  last steps:\n  {trace}"));
+    }
+
+    pub(crate) fn dir_entries(&self, ino: Ino) -> io::Result<&BTreeMap<String, Ino>> {
+        match self.inodes.get(&ino).map(|i| &i.node) {
+            Some(Node::Dir(e)) => Ok(e),
+            Some(_) => Err(errno(ENOTDIR)),
+            None => Err(err(io::ErrorKind::NotFound)),
+        }
+    }
+
+    pub(crate) fn dir_entries_mut(&mut self, ino: Ino) -> io::Result<&mut BTreeMap<String, Ino>> {
+        match self.inodes.get_mut(&ino).map(|i| &mut i.node) {
+            Some(Node::Dir(e)) => Ok(e),
+            Some(_) => Err(errno(ENOTDIR)),
+            None => Err(err(io::ErrorKind::NotFound)),
+        }
+    }
+
+    pub(crate) fn lookup(&self, dir: Ino, name: &str) -> io::Result<Ino> {
+        self.dir_entries(dir)?
+            .get(name)
+            .copied()
+            .ok_or_else(|| err(io::ErrorKind::NotFound))
+    }
+
+    pub(crate) fn meta(&self, ino: Ino) -> Meta {
+        let i = &self.inodes[&ino];
+        let (kind, size, nlink) = match &i.node {
+            Node::Dir(e) => (Kind::Dir, 4096, 2 + e.len() as u64),
+            Node::File(d) => (Kind::File, d.len() as u64, 1),
+        };
+        let nlink = if i.linked { nlink } else { 0 };
+        Meta {
+            id: FileId { dev: 1, ino },
+            kind,
+            uid: UID,
+            mode: i.mode,
+            size,
+            nlink,
+            mtime: UNIX_EPOCH + Duration::from_secs(1_700_000_000) + i.mtime,
+        }
+    }
+
+    pub(crate) fn touch(&mut self, ino: Ino) {
+        let now = self.mono;
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.mtime = now;
+        }
+    }
+
+    pub(crate) fn bump(&mut self, ino: Ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            i.epoch += 1;
+        }
+    }
+
+    pub(crate) fn new_inode(&mut self, node: Node, mode: u32, foreign: bool) -> Ino {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        let mtime = self.mono;
+        self.inodes.insert(
+            ino,
+            Inode {
+                node,
+                mode,
+                mtime,
+                epoch: 0,
+                foreign,
+                linked: true,
+            },
+        );
+        ino
+    }
+
+    pub(crate) fn open(&mut self, slot: usize, ino: Ino) -> u64 {
+        let fd = self.next_fd;
+        self.next_fd += 1;
+        self.ofds.insert(
+            fd,
+            Ofd {
+                ino,
+                slot,
+                lock: None,
+            },
+        );
+        fd
+    }
+
+    /// Whether another descriptor's flock on `ino` stands in the way of `fd` taking one.
+    pub(crate) fn flock_conflict(&self, fd: u64, ino: Ino, exclusive: bool) -> bool {
+        self.ofds
+            .iter()
+            .any(|(f, o)| *f != fd && o.ino == ino && o.lock.is_some_and(|x| x || exclusive))
+    }
+
+    pub(crate) fn close(&mut self, fd: u64) {
+        if let Some(ofd) = self.ofds.remove(&fd) {
+            self.bump(ofd.ino);
+        }
+    }
+
+    pub(crate) fn crash(&mut self, slot: usize) {
+        let p = &mut self.procs[slot];
+        p.alive = false;
+        p.crashed = true;
+        let fds: Vec<u64> = self
+            .ofds
+            .iter()
+            .filter(|(_, o)| o.slot == slot)
+            .map(|(fd, _)| *fd)
+            .collect();
+        for fd in fds {
+            self.close(fd);
+        }
+        self.inside.retain(|s| *s != slot);
+        self.trace.push(format!("CRASH p{slot}"));
+    }
+
+    /// The record of the lock directory `ino`, if complete.
+    pub(crate) fn record(&self, ino: Ino) -> Option<Owner> {
+        let rec = *self.dir_entries(ino).ok()?.get(OWNER_FILE)?;
+        match &self.inodes.get(&rec)?.node {
+            Node::File(d) => Owner::parse(d).ok(),
+            Node::Dir(_) => None,
+        }
+    }
+
+    /// Whether `slot` holds the guard of lock `name`: an exclusive flock on it, or, where
+    /// there is no flock, the guard it marked and still has open.
+    pub(crate) fn holds_guard(&self, slot: usize, name: &str) -> bool {
+        let Ok(g) = self.lookup(self.d(), &guard_name(name)) else {
+            return false;
+        };
+        let open = |lock: Option<bool>| {
+            self.ofds
+                .values()
+                .any(|o| o.ino == g && o.slot == slot && (lock.is_none() || o.lock == lock))
+        };
+        open(Some(true)) || (self.no_flock && self.marked_by.get(&g) == Some(&slot) && open(None))
+    }
+
+    /// I2 and I8, checked after every step: a published lock is a private directory with a
+    /// complete, private record.
+    pub(crate) fn check(&mut self) {
+        let entries: Vec<(String, Ino)> = match self.dir_entries(self.d()) {
+            Ok(e) => e.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            Err(_) => return,
+        };
+        for (name, ino) in entries {
+            if !matches!(classify(&name), Entry::Lock(_)) || self.inodes[&ino].foreign {
+                continue;
+            }
+            let i = &self.inodes[&ino];
+            if i.mode != 0o700 {
+                let m = i.mode;
+                self.violation(format!("I8: lock {name} has mode {m:o}"));
+            }
+            let rec = self
+                .dir_entries(ino)
+                .ok()
+                .and_then(|e| e.get(OWNER_FILE).copied());
+            match rec {
+                Some(r) if self.inodes[&r].mode != 0o600 => {
+                    self.violation(format!("I8: {name}/owner.json is not 0600"))
+                }
+                Some(_) if self.record(ino).is_some() => {}
+                _ => self.violation(format!(
+                    "I2: lock {name} is published without a complete record"
+                )),
+            }
+        }
+    }
+}
+
+impl World {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A scheduling point: hand the baton back and wait to be picked again. A process that was
+    /// crashed meanwhile unwinds from here.
+    pub(crate) fn yield_point(&self, slot: usize, status: Status) -> MutexGuard<'_, State> {
+        let mut st = self.lock();
+        st.procs[slot].status = status;
+        // Only the baton's holder gives it back (a starting thread never held it).
+        if st.turn == Some(slot) {
+            st.turn = None;
+        }
+        self.cv.notify_all();
+        while st.turn != Some(slot) {
+            st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        if st.procs[slot].crashed {
+            drop(st);
+            resume_unwind(Box::new(Crashed));
+        }
+        st.procs[slot].status = Status::Running;
+        st.mono += TICK;
+        st
+    }
+
+    pub(crate) fn finish(&self, slot: usize) {
+        let mut st = self.lock();
+        st.procs[slot].status = Status::Done;
+        // Its script is over: the process exits (its pid no longer runs).
+        st.procs[slot].alive = false;
+        if st.turn == Some(slot) {
+            st.turn = None;
+        }
+        self.cv.notify_all();
+    }
+}

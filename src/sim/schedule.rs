@@ -1,0 +1,332 @@
+//! The scheduler: who runs (or crashes) at each scheduling point, seeded at random, replayed
+//! for an exhaustive search, or read from a fuzzer's bytes.
+
+use super::*;
+
+/// Picks what happens at each scheduling point: one of `runs` processes to run, or one of
+/// `crashes` processes to crash (the options are numbered runs first).
+pub(crate) trait Strategy {
+    /// Chooses an option (`runs >= 1`).
+    fn choose(&mut self, runs: usize, crashes: usize) -> usize;
+}
+
+/// Seeded pseudo-random choices (xorshift); a crash at any point with probability
+/// `crash_permille / 1000`.
+pub(crate) struct Random {
+    pub(crate) state: u64,
+    pub(crate) crash_permille: u64,
+}
+
+impl Random {
+    pub fn new(seed: u64) -> Random {
+        Random {
+            state: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+            crash_permille: 15,
+        }
+    }
+    pub(crate) fn next(&mut self) -> u64 {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        self.state
+    }
+}
+
+impl Strategy for Random {
+    fn choose(&mut self, runs: usize, crashes: usize) -> usize {
+        if crashes > 0 && self.next() % 1000 < self.crash_permille {
+            runs + (self.next() % crashes as u64) as usize
+        } else {
+            (self.next() % runs as u64) as usize
+        }
+    }
+}
+
+/// Replays a prefix of choices, then takes the first option, recording how many options each
+/// point had: the engine of a depth-first search over all schedules.
+#[cfg(test)]
+pub(crate) struct Replay {
+    pub prefix: Vec<usize>,
+    pub taken: Vec<(usize, usize)>, // (choice, options)
+}
+
+#[cfg(test)]
+impl Strategy for Replay {
+    fn choose(&mut self, runs: usize, crashes: usize) -> usize {
+        let n = runs + crashes;
+        let i = self.taken.len();
+        let c = self.prefix.get(i).copied().unwrap_or(0).min(n - 1);
+        self.taken.push((c, n));
+        c
+    }
+}
+
+/// Choices read from a fuzzer's bytes: a byte below 8 crashes (if a crash is allowed), any
+/// other picks who runs; past the end, a seeded random walk takes over.
+pub(crate) struct Bytes<'a> {
+    pub(crate) data: &'a [u8],
+    pub(crate) pos: usize,
+    pub(crate) rest: Random,
+}
+
+impl Strategy for Bytes<'_> {
+    fn choose(&mut self, runs: usize, crashes: usize) -> usize {
+        let Some(&b) = self.data.get(self.pos) else {
+            return self.rest.choose(runs, crashes);
+        };
+        self.pos += 1;
+        if crashes > 0 && b < 8 {
+            runs + b as usize % crashes
+        } else {
+            b as usize % runs
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Choice {
+    Run(usize),
+    Crash(usize),
+}
+
+pub(crate) fn schedule(
+    world: &Arc<World>,
+    scripts: &[Script],
+    cfg: &Config,
+    strategy: &mut dyn Strategy,
+) -> usize {
+    schedule_from(world, scripts, 0, cfg, strategy, false)
+}
+
+/// Starts one thread per script (slots `first..`) and drives them to the end; returns the
+/// number of scheduling decisions taken.
+pub(crate) fn schedule_from(
+    world: &Arc<World>,
+    scripts: &[Script],
+    first: usize,
+    cfg: &Config,
+    strategy: &mut dyn Strategy,
+    recovery: bool,
+) -> usize {
+    add_processes(world, first, scripts.len(), recovery);
+    let handles: Vec<_> = scripts
+        .iter()
+        .enumerate()
+        .map(|(i, script)| start(world, first + i, *script, cfg.grace, recovery))
+        .collect();
+    let mut run = Scheduler {
+        slots: first..first + scripts.len(),
+        crashes: vec![0; first + scripts.len()],
+        preemptions: 0,
+        last: None,
+        steps: 0,
+        cfg,
+        recovery,
+    };
+    while run.step(world, strategy) {}
+    for h in handles {
+        let _ = h.join();
+    }
+    run.steps
+}
+
+/// Makes the processes of slots `first..first + n`, not yet started. A recovery process
+/// reuses a crashed process's pid (with its own start time).
+fn add_processes(world: &World, first: usize, n: usize, recovery: bool) {
+    let mut st = world.lock();
+    for slot in first..first + n {
+        let reused = recovery
+            .then(|| st.procs.iter().find(|p| p.crashed).map(|p| p.pid))
+            .flatten();
+        st.procs.push(Proc {
+            pid: reused.unwrap_or(100 + slot as u32),
+            start: 1000 + slot as u64,
+            alive: true,
+            crashed: false,
+            status: Status::Starting,
+        });
+    }
+}
+
+/// The thread of the process in `slot`: waits for its first turn, plays its script, and
+/// reports a panic (a crash is not one: it unwinds on purpose).
+fn start(
+    world: &Arc<World>,
+    slot: usize,
+    script: Script,
+    grace: Duration,
+    recovery: bool,
+) -> std::thread::JoinHandle<()> {
+    let world = world.clone();
+    std::thread::spawn(move || {
+        let sys = SimSys {
+            world: world.clone(),
+            slot,
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            drop(world.yield_point(slot, Status::Ready));
+            play(&sys, script, grace, recovery)
+        }));
+        if let Err(payload) = result {
+            if payload.downcast_ref::<Crashed>().is_none() {
+                let msg = payload
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                world.lock().violation(format!("p{slot} panicked: {msg}"));
+            }
+        }
+        world.finish(slot);
+    })
+}
+
+/// One schedule in progress.
+struct Scheduler<'c> {
+    slots: std::ops::Range<usize>,
+    crashes: Vec<u32>,
+    preemptions: u32,
+    last: Option<usize>,
+    steps: usize,
+    cfg: &'c Config,
+    recovery: bool,
+}
+
+impl Scheduler<'_> {
+    /// Takes one decision (run or crash a process, or advance the clock); `false` once every
+    /// process is done or the schedule ran too long.
+    fn step(&mut self, world: &World, strategy: &mut dyn Strategy) -> bool {
+        let mut st = world.lock();
+        while st.turn.is_some()
+            || self
+                .slots
+                .clone()
+                .any(|s| st.procs[s].status == Status::Starting)
+        {
+            st = world.cv.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        let runnable: Vec<usize> = self.slots.clone().filter(|s| ready(&st, *s)).collect();
+        if runnable.is_empty() {
+            return self.idle(&mut st);
+        }
+        let last_runnable = self.last.filter(|l| runnable.contains(l));
+        let (options, runs) = self.options(&st, &runnable, last_runnable);
+        let choice = options[strategy.choose(runs, options.len() - runs)];
+        self.steps += 1;
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            let statuses: Vec<String> = self
+                .slots
+                .clone()
+                .map(|s| format!("{:?}", st.procs[s].status))
+                .collect();
+            eprintln!(
+                "t={:?} {choice:?} {statuses:?} last={:?}",
+                st.mono,
+                st.trace.last()
+            );
+        }
+        match choice {
+            Choice::Run(s) => {
+                if last_runnable.is_some_and(|l| l != s) {
+                    self.preemptions += 1;
+                }
+                self.last = Some(s);
+                st.turn = Some(s);
+            }
+            Choice::Crash(s) => {
+                self.crashes[s] += 1;
+                st.crash(s);
+                st.turn = Some(s); // it unwinds at once
+            }
+        }
+        world.cv.notify_all();
+        if self.steps > 200_000 {
+            st.violation("the schedule did not end within 200000 steps".into());
+            return false;
+        }
+        true
+    }
+
+    /// Nobody can run: done, or the clock jumps to the next wake-up, or (nothing will ever
+    /// wake anyone) a wedge, reported, and everyone crashed so that the threads end.
+    fn idle(&self, st: &mut State) -> bool {
+        if self
+            .slots
+            .clone()
+            .all(|s| st.procs[s].status == Status::Done)
+        {
+            return false;
+        }
+        let wake = self
+            .slots
+            .clone()
+            .filter_map(|s| match st.procs[s].status {
+                Status::Sleeping { until, .. } => until,
+                _ => None,
+            })
+            .min();
+        match wake {
+            Some(t) => st.mono = st.mono.max(t),
+            None => {
+                st.violation("I7: every process waits and nothing can wake it".into());
+                // Crash them all; they unwind one by one as they are picked.
+                for s in self.slots.clone() {
+                    if st.procs[s].status != Status::Done {
+                        st.crash(s);
+                        st.procs[s].status = Status::Ready;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// The options at this point, runs first: run any runnable process (switching away from
+    /// one that could go on counts against the preemption bound), or crash a live one. Returns
+    /// them and how many are runs.
+    fn options(
+        &self,
+        st: &State,
+        runnable: &[usize],
+        last_runnable: Option<usize>,
+    ) -> (Vec<Choice>, usize) {
+        let mut options: Vec<Choice> = Vec::new();
+        let can_switch = self.cfg.preemptions.is_none_or(|b| self.preemptions < b);
+        match last_runnable {
+            Some(l) if !can_switch => options.push(Choice::Run(l)),
+            Some(l) => {
+                options.push(Choice::Run(l));
+                options.extend(
+                    runnable
+                        .iter()
+                        .filter(|s| **s != l)
+                        .map(|s| Choice::Run(*s)),
+                );
+            }
+            None => options.extend(runnable.iter().map(|s| Choice::Run(*s))),
+        }
+        let runs = options.len();
+        if !self.recovery {
+            for s in self.slots.clone() {
+                let p = &st.procs[s];
+                if p.alive && p.status != Status::Done && self.crashes[s] < self.cfg.crashes {
+                    options.push(Choice::Crash(s));
+                }
+            }
+        }
+        (options, runs)
+    }
+}
+
+/// Whether the process in `slot` can run now: ready, or asleep past its timeout or with its
+/// watch changed.
+fn ready(st: &State, slot: usize) -> bool {
+    match st.procs[slot].status {
+        Status::Ready => true,
+        Status::Sleeping { until, watch } => {
+            until.is_some_and(|u| u <= st.mono)
+                || watch.is_some_and(|(ino, e)| st.inodes.get(&ino).is_none_or(|i| i.epoch != e))
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,237 @@
+//! What each simulated process does: workers, observers, hostile planters and cleaners.
+
+use super::*;
+
+/// What one simulated process does.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Script {
+    /// Acquire and release `rounds` times, with this wait policy.
+    Worker { rounds: u32, wait: Wait },
+    /// Sweep the lock directory once.
+    Sweeper,
+    /// An operator's `unlock` (dead owners only).
+    Unlocker,
+    /// Hostile input: makes an empty directory at the lock path while it is free.
+    Intruder,
+    /// Hostile input: plants a complete, valid lock whose record says `Plant` while the lock
+    /// is free.
+    Planter(Plant),
+    /// An observer: looks at the lock's status a few times.
+    Observer,
+    /// `sweep --grace 0` beside acquisitions.
+    SweeperNow,
+    /// A temp cleaner (`rm -rf`): removes the whole lock directory whenever no lock is
+    /// published in it (removing a held lock would break any lock; removing everything else,
+    /// waiters' candidates included, must break none).
+    Cleaner,
+}
+
+/// What a planted lock's record says.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Plant {
+    /// A dead owner's beacon record whose token is not a safe name (`/`, `..`, 300 bytes, a
+    /// NUL): never a path component.
+    Token(u8),
+    /// A record of our format (its pid namespace ours, no beacon) naming the pid of a live
+    /// simulated process (the last one started) with a token that process never wrote: dead to
+    /// it, live to the others until it exits.
+    TheirOwnPid,
+    /// A dead owner's beacon record from another host name on this kernel (our boot id).
+    OtherHostThisKernel,
+    /// A dead owner's reference record whose directory's mtime is an hour in the future.
+    Future,
+}
+
+impl Plant {
+    /// The record. Where there is no flock, a record claiming a beacon could never have been
+    /// written (and one that cannot be probed judges its owner live, as it must): the beacon
+    /// records say `false` there, and are judged by pid.
+    pub(crate) fn record(self, victim: u32, no_flock: bool) -> String {
+        let dead = 9_999;
+        let beacon = !no_flock;
+        match self {
+            Plant::Token(n) => {
+                let token = match n % 5 {
+                    0 => "a/b".to_owned(),
+                    1 => "..".to_owned(),
+                    2 => "x".repeat(300),
+                    3 => "nul\\u0000".to_owned(),
+                    _ => "../../escape".to_owned(),
+                };
+                format!(r#"{{"pid":{dead},"token":"{token}","beacon":{beacon}}}"#)
+            }
+            Plant::TheirOwnPid => format!(
+                r#"{{"pid":{victim},"token":"planted","pid_namespace":"pid:[sim]","beacon":false}}"#
+            ),
+            Plant::OtherHostThisKernel => format!(
+                r#"{{"pid":{dead},"token":"planted","host":"elsewhere","boot_id":"sim-boot","beacon":{beacon}}}"#
+            ),
+            Plant::Future => format!(r#"{{"pid":{dead},"token":"planted"}}"#),
+        }
+    }
+
+    /// Whether only the grace period can clear it (no kernel proof).
+    pub(crate) fn evidence_only(self, no_flock: bool) -> bool {
+        no_flock || matches!(self, Plant::TheirOwnPid | Plant::Future)
+    }
+}
+
+/// What a simulated process does.
+pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool) {
+    let me = sys.identity();
+    pub(crate) fn space<'a>(sys: &'a SimSys, dir: &'a SimDir) -> Space<'a, SimSys> {
+        Space {
+            sys,
+            dir,
+            path: Path::new("/sim"),
+            uid: UID,
+        }
+    }
+    let root = sys.lock_dir();
+    let sp = space(sys, &root);
+    match script {
+        Script::Worker { rounds, wait } => {
+            for _ in 0..rounds {
+                let mut options = Options::new(wait);
+                options.grace = grace;
+                let req = Request {
+                    name: LOCK,
+                    resource: "sim",
+                    options: &options,
+                    started: sys.monotonic(),
+                };
+                // In the current lock directory, re-opened if a cleaner removed it, as
+                // `Locks` does.
+                let got = protocol::in_current_dir(
+                    sys,
+                    || Ok(sys.lock_dir()),
+                    |d: &Arc<SimDir>| &**d,
+                    |d| protocol::acquire(&space(sys, d), &req, &me).map(|held| (held, d.clone())),
+                );
+                match got {
+                    Ok((held, d)) => {
+                        enter(sys);
+                        // The critical section: a scheduling point where others may run.
+                        let _ = sys.meta_at(&d, OWNER_FILE);
+                        leave(sys);
+                        let pid = sys.pid();
+                        if let Err(e) = protocol::release(&space(sys, &d), held, "sim", pid) {
+                            // Only a cleaner may take a lock away (never a held one).
+                            report(sys, format!("I9/I1: p{} lost its lock: {e}", sys.slot));
+                        }
+                    }
+                    Err(e) if e.is_contended() && !recovery => {}
+                    Err(Error::Malformed { .. }) if intruded(sys) => {}
+                    Err(e) => report(sys, format!("p{} failed to acquire: {e}", sys.slot)),
+                }
+            }
+            if recovery {
+                if let Err(e) = protocol::sweep(&space(sys, &sys.lock_dir()), grace) {
+                    report(sys, format!("sweep failed: {e}"));
+                }
+            }
+        }
+        Script::Sweeper | Script::SweeperNow => {
+            let grace = match script {
+                Script::SweeperNow => Duration::ZERO,
+                _ => grace,
+            };
+            if let Err(e) = protocol::sweep(&sp, grace) {
+                report(sys, format!("sweep failed: {e}"));
+            }
+        }
+        Script::Unlocker => match protocol::unlock(&sp, LOCK, "sim", &me, grace, false) {
+            Ok(_) => {}
+            Err(e) if e.is_contended() => {}
+            Err(Error::Malformed { .. }) if intruded(sys) => {}
+            Err(e) => report(sys, format!("unlock failed: {e}")),
+        },
+        Script::Observer => {
+            for _ in 0..3 {
+                let status = sys
+                    .list(&root)
+                    .map_err(|e| Error::io("list", "/sim", e))
+                    .and_then(|entries| {
+                        let related = crate::inspect::group(&entries)
+                            .remove(LOCK)
+                            .unwrap_or_default();
+                        crate::inspect::status(&sp, LOCK, &me, grace, &related)
+                    });
+                match status {
+                    Ok(_) => {}
+                    Err(Error::Malformed { .. }) if intruded(sys) => {}
+                    Err(e) => report(sys, format!("status failed: {e}")),
+                }
+            }
+        }
+        Script::Cleaner => {
+            for whole in [false, false, true, true] {
+                sys.call(
+                    &format!("clean the lock directory (whole: {whole})"),
+                    |st, _| st.clean(whole),
+                );
+            }
+        }
+        Script::Intruder => {
+            sys.call("intrude", |st, _| {
+                let d = st.d();
+                if st.lookup(d, LOCK).is_ok() {
+                    return false;
+                }
+                let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, true);
+                st.dir_entries_mut(d)
+                    .is_ok_and(|e| e.insert(LOCK.into(), ino).is_none())
+            });
+        }
+        Script::Planter(plant) => {
+            sys.call(&format!("plant {plant:?}"), |st, _| {
+                let d = st.d();
+                if st.lookup(d, LOCK).is_ok() || st.dir_entries(d).is_err() {
+                    return false;
+                }
+                let victim = st.procs.last().map_or(0, |p| p.pid);
+                let record = plant.record(victim, st.no_flock).into_bytes();
+                let lock = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
+                let file = st.new_inode(Node::File(record), 0o600, false);
+                if let Ok(e) = st.dir_entries_mut(lock) {
+                    e.insert(OWNER_FILE.into(), file);
+                }
+                if let Plant::Future = plant {
+                    let ahead = st.mono + Duration::from_secs(3600);
+                    if let Some(i) = st.inodes.get_mut(&lock) {
+                        i.mtime = ahead;
+                    }
+                }
+                st.dir_entries_mut(d)
+                    .is_ok_and(|e| e.insert(LOCK.into(), lock).is_none())
+            });
+        }
+    }
+}
+
+pub(crate) fn intruded(sys: &SimSys) -> bool {
+    let st = sys.world.lock();
+    st.inodes.values().any(|i| i.foreign)
+}
+
+pub(crate) fn report(sys: &SimSys, what: String) {
+    sys.world.lock().violation(what);
+}
+
+/// I1: entering the critical section while another live process is inside is a violation.
+pub(crate) fn enter(sys: &SimSys) {
+    let mut st = sys.world.lock();
+    let me = sys.slot;
+    if let Some(other) = st.inside.iter().copied().find(|s| st.procs[*s].alive) {
+        st.violation(format!("I1: p{me} entered while p{other} is inside"));
+    }
+    st.inside.push(me);
+    st.trace.push(format!("p{me} ENTER"));
+}
+
+pub(crate) fn leave(sys: &SimSys) {
+    let mut st = sys.world.lock();
+    let me = sys.slot;
+    st.inside.retain(|s| *s != me);
+    st.trace.push(format!("p{me} LEAVE"));
+}

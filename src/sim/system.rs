@@ -1,0 +1,499 @@
+//! [`SimSys`]: one simulated process's view of the [`System`] seam, each call a scheduling
+//! point.
+
+use super::*;
+
+/// One simulated process's view of the system.
+pub(crate) struct SimSys {
+    pub(crate) world: Arc<World>,
+    pub(crate) slot: usize,
+}
+
+/// An open directory of a simulated process.
+pub(crate) struct SimDir {
+    pub(crate) world: Arc<World>,
+    pub(crate) fd: u64,
+}
+
+impl Drop for SimDir {
+    fn drop(&mut self) {
+        // Closing a descriptor that holds a shared flock (an observer's probe, a waiter's hold
+        // on the previous holder's directory) is a scheduling point: until the close, others
+        // find that lock held, as they would between the two system calls.
+        let prober = {
+            let st = self.world.lock();
+            st.ofds
+                .get(&self.fd)
+                .filter(|o| o.lock == Some(false))
+                .map(|o| o.slot)
+        };
+        if let (Some(slot), false) = (prober, std::thread::panicking()) {
+            drop(self.world.yield_point(slot, Status::Ready));
+        }
+        // A crashed process's descriptors were closed when it crashed.
+        self.world.lock().close(self.fd);
+    }
+}
+
+impl SimSys {
+    pub(crate) fn call<T>(&self, what: &str, op: impl FnOnce(&mut State, usize) -> T) -> T
+    where
+        T: std::fmt::Debug,
+    {
+        let mut st = self.world.yield_point(self.slot, Status::Ready);
+        let r = op(&mut st, self.slot);
+        let line = format!("p{} {what} -> {r:?}", self.slot);
+        st.trace.push(line);
+        st.check();
+        r
+    }
+
+    pub(crate) fn ino(&self, st: &State, d: &SimDir) -> io::Result<Ino> {
+        st.ofds.get(&d.fd).map(|o| o.ino).ok_or_else(|| errno(9)) // EBADF
+    }
+
+    pub(crate) fn dir(&self, fd: u64) -> SimDir {
+        SimDir {
+            world: self.world.clone(),
+            fd,
+        }
+    }
+
+    /// Opens the lock directory, making it (mode 0700) if a cleaner removed it, as
+    /// `Locks` does.
+    pub(crate) fn lock_dir(&self) -> Arc<SimDir> {
+        let fd = self.call("open the lock directory", |st, slot| {
+            let ino = match st.lookup(PARENT, LOCKS) {
+                Ok(ino) => ino,
+                Err(_) => {
+                    let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
+                    st.dir_entries_mut(PARENT)
+                        .expect("the parent")
+                        .insert(LOCKS.into(), ino);
+                    ino
+                }
+            };
+            st.open(slot, ino)
+        });
+        Arc::new(self.dir(fd))
+    }
+}
+
+impl System for SimSys {
+    type Dir = SimDir;
+    type Watch = (Ino, u64);
+
+    fn identity(&self) -> Identity {
+        let st = self.world.lock();
+        let p = &st.procs[self.slot];
+        Identity {
+            pid: p.pid,
+            start_time: Some(p.start),
+            boot_id: Some("sim-boot".into()),
+            host: Some("sim".into()),
+            pid_namespace: Some("pid:[sim]".into()),
+            uid: UID,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.world.lock().procs[self.slot].pid
+    }
+
+    fn now(&self) -> SystemTime {
+        self.world.lock().wall()
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.world.lock().mono
+    }
+
+    fn token(&self) -> String {
+        let mut st = self.world.lock();
+        st.next_token += 1;
+        let t = format!("tok-{}-{}", self.slot, st.next_token);
+        st.tokens.insert(t.clone(), self.slot);
+        t
+    }
+
+    fn own_token(&self, token: &str, own: bool) {
+        let mut st = self.world.lock();
+        if own {
+            st.owned.insert((self.slot, token.to_owned()));
+        } else {
+            st.owned.remove(&(self.slot, token.to_owned()));
+        }
+    }
+
+    fn wrote(&self, token: &str) -> bool {
+        self.world
+            .lock()
+            .owned
+            .contains(&(self.slot, token.to_owned()))
+    }
+
+    fn open_dir_path(&self, _: &Path) -> io::Result<SimDir> {
+        let fd = self.world.lock().open(self.slot, PARENT);
+        Ok(self.dir(fd))
+    }
+
+    fn open_dir_at(&self, at: &SimDir, name: &str) -> io::Result<SimDir> {
+        let fd = self.call(&format!("open {name}"), |st, slot| {
+            check_name(name)?;
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            match st.inodes[&ino].node {
+                Node::Dir(_) => Ok(st.open(slot, ino)),
+                Node::File(_) => Err(errno(ENOTDIR)),
+            }
+        })?;
+        Ok(self.dir(fd))
+    }
+
+    fn mkdir_at(&self, at: &SimDir, name: &str) -> io::Result<()> {
+        self.call(&format!("mkdir {name}"), |st, _| {
+            check_name(name)?;
+            let dir = self.ino(st, at)?;
+            if !st.inodes.get(&dir).is_some_and(|i| i.linked) {
+                return Err(err(io::ErrorKind::NotFound)); // a removed directory
+            }
+            if st.dir_entries(dir)?.contains_key(name) {
+                return Err(errno(EEXIST));
+            }
+            let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
+            st.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
+            st.touch(dir);
+            Ok(())
+        })
+    }
+
+    fn meta(&self, dir: &SimDir) -> io::Result<Meta> {
+        if self.world.lock().fuse {
+            return self.call("fstat", |st, _| {
+                let ino = self.ino(st, dir)?;
+                match st.inodes.get(&ino) {
+                    Some(i) if i.linked => Ok(st.meta(ino)),
+                    _ => Err(err(io::ErrorKind::NotFound)),
+                }
+            });
+        }
+        let st = self.world.lock();
+        let ino = self.ino(&st, dir)?;
+        Ok(st.meta(ino))
+    }
+
+    fn rename_exclusive(&self, at: &SimDir, from: &str, to: &str) -> io::Result<()> {
+        if self.world.lock().fuse {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "no no-replace rename",
+            ));
+        }
+        self.rename_noreplace(at, from, to).map(drop)
+    }
+
+    fn meta_at(&self, at: &SimDir, name: &str) -> io::Result<Meta> {
+        self.call(&format!("stat {name}"), |st, _| {
+            check_name(name)?;
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            Ok(st.meta(ino))
+        })
+    }
+
+    fn set_mode_at(&self, at: &SimDir, name: &str, mode: u32) -> io::Result<()> {
+        self.call(&format!("chmod {name}"), |st, _| {
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            st.inodes.get_mut(&ino).expect("linked inode").mode = mode;
+            st.bump(ino);
+            Ok(())
+        })
+    }
+
+    fn set_mode(&self, dir: &SimDir, mode: u32) -> io::Result<()> {
+        let mut st = self.world.lock();
+        let ino = self.ino(&st, dir)?;
+        st.inodes.get_mut(&ino).expect("open inode").mode = mode;
+        st.bump(ino);
+        Ok(())
+    }
+
+    fn create_file_at(
+        &self,
+        at: &SimDir,
+        name: &str,
+        contents: &[u8],
+        _sync: bool,
+        _exact_mode: bool,
+    ) -> io::Result<()> {
+        // Two steps, so that a crash can leave an empty file behind.
+        let file = self.call(&format!("create {name}"), |st, slot| {
+            check_name(name)?;
+            let dir = self.ino(st, at)?;
+            if name == crate::paths::GUARD_MARKER {
+                // Marking a guard (or finding it marked, when reusing one left by a crash) is
+                // where a reclaimer starts working under it.
+                st.marked_by.insert(dir, slot);
+            }
+            if !st.inodes.get(&dir).is_some_and(|i| i.linked) {
+                return Err(err(io::ErrorKind::NotFound)); // a removed directory
+            }
+            if st.dir_entries(dir)?.contains_key(name) {
+                return Err(errno(EEXIST));
+            }
+            let ino = st.new_inode(Node::File(Vec::new()), 0o600, false);
+            st.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
+            st.touch(dir);
+            Ok(ino)
+        })?;
+        self.call(&format!("write {name}"), |st, _| {
+            if let Some(Inode {
+                node: Node::File(d),
+                ..
+            }) = st.inodes.get_mut(&file)
+            {
+                d.extend_from_slice(contents);
+            }
+            Ok(())
+        })
+    }
+
+    fn read_file_at(&self, at: &SimDir, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
+        self.call(&format!("read {name}"), |st, _| {
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            let data = match &st.inodes[&ino].node {
+                Node::File(d) => d[..d.len().min(limit + 1)].to_vec(),
+                Node::Dir(_) => Vec::new(),
+            };
+            Ok((st.meta(ino), data))
+        })
+    }
+
+    fn sync_dir(&self, _: &SimDir) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn rename_noreplace(&self, at: &SimDir, from: &str, to: &str) -> io::Result<Renamed> {
+        self.call(&format!("rename {from} -> {to}"), |st, slot| {
+            check_name(from)?;
+            check_name(to)?;
+            let dir = self.ino(st, at)?;
+            let src = st.lookup(dir, from)?;
+            if let Ok(dst) = st.lookup(dir, to) {
+                let empty_dir = matches!(&st.inodes[&dst].node, Node::Dir(e) if e.is_empty());
+                let plain = st.mutant == Mutant::PlainRename || st.fuse;
+                if !plain || !empty_dir {
+                    return Err(errno(if empty_dir { EEXIST } else { ENOTEMPTY }));
+                }
+                // Plain rename replaces an empty directory: whatever stood at `to` is gone.
+                if matches!(classify(to), Entry::Lock(_)) {
+                    st.violation(format!(
+                        "I3: p{slot} replaced the directory at {to} by renaming over it"
+                    ));
+                }
+                st.inodes.remove(&dst);
+            }
+            if let Entry::Lock(lock) = classify(from) {
+                // Moving a lock away: only its holder, or the single guard holder for a dead
+                // owner (I4, I5, I6).
+                let token_slot = st
+                    .record(src)
+                    .and_then(|o| st.tokens.get(&o.token).copied());
+                if token_slot != Some(slot) {
+                    if !st.holds_guard(slot, &lock) {
+                        st.violation(format!(
+                            "I5: p{slot} moved {lock} away without holding its guard"
+                        ));
+                    }
+                    if let Some(owner) = token_slot {
+                        if st.procs[owner].alive {
+                            st.violation(format!(
+                                "I6: p{slot} moved away the lock of live p{owner}"
+                            ));
+                        }
+                    }
+                }
+            }
+            let entries = st.dir_entries_mut(dir)?;
+            entries.remove(from);
+            entries.insert(to.to_owned(), src);
+            st.touch(dir);
+            st.bump(src);
+            // The PlainRename mutant renames plainly believing it exclusive; FUSE says so.
+            Ok(if st.fuse {
+                Renamed::Plain
+            } else {
+                Renamed::Exclusive
+            })
+        })
+    }
+
+    fn remove_file_at(&self, at: &SimDir, name: &str) -> io::Result<()> {
+        self.call(&format!("unlink {name}"), |st, slot| {
+            check_name(name)?;
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            if matches!(st.inodes[&ino].node, Node::Dir(_)) {
+                return Err(errno(21)); // EISDIR
+            }
+            // I3: never delete the record of a published lock.
+            let published = st
+                .dir_entries(st.d())
+                .map(|e| {
+                    e.iter()
+                        .any(|(n, i)| *i == dir && matches!(classify(n), Entry::Lock(_)))
+                })
+                .unwrap_or(false);
+            if published && name == OWNER_FILE {
+                st.violation(format!(
+                    "I3: p{slot} deleted the record of a published lock"
+                ));
+            }
+            st.dir_entries_mut(dir)?.remove(name);
+            st.inodes.remove(&ino);
+            st.touch(dir);
+            Ok(())
+        })
+    }
+
+    fn remove_dir_at(&self, at: &SimDir, name: &str) -> io::Result<()> {
+        self.call(&format!("rmdir {name}"), |st, slot| {
+            check_name(name)?;
+            let dir = self.ino(st, at)?;
+            let ino = st.lookup(dir, name)?;
+            match &st.inodes[&ino].node {
+                Node::Dir(e) if !e.is_empty() => return Err(errno(ENOTEMPTY)),
+                Node::Dir(_) => {}
+                Node::File(_) => return Err(errno(ENOTDIR)),
+            }
+            if dir == st.d() && matches!(classify(name), Entry::Lock(_)) {
+                st.violation(format!(
+                    "I3: p{slot} removed the lock directory {name} in place"
+                ));
+            }
+            st.dir_entries_mut(dir)?.remove(name);
+            if let Some(i) = st.inodes.get_mut(&ino) {
+                i.linked = false;
+            }
+            st.bump(ino);
+            st.touch(dir);
+            Ok(())
+        })
+    }
+
+    fn list(&self, dir: &SimDir) -> io::Result<Vec<String>> {
+        self.call("list", |st, _| {
+            let ino = self.ino(st, dir)?;
+            Ok(st.dir_entries(ino)?.keys().cloned().collect())
+        })
+    }
+
+    fn try_lock(&self, dir: &SimDir, exclusive: bool) -> io::Result<bool> {
+        let fd = dir.fd;
+        self.call(
+            &format!("flock {}", if exclusive { "EX" } else { "SH" }),
+            |st, _| {
+                let ino = self.ino(st, dir)?;
+                if st.no_flock {
+                    return Err(errno(37)); // ENOLCK
+                }
+                if st.flock_conflict(fd, ino, exclusive) {
+                    return Ok(false);
+                }
+                st.ofds.get_mut(&fd).expect("open").lock = Some(exclusive);
+                Ok(true)
+            },
+        )
+    }
+
+    fn unlock(&self, dir: &SimDir) -> io::Result<()> {
+        let fd = dir.fd;
+        self.call("flock UN", |st, _| {
+            let ino = self.ino(st, dir)?;
+            if let Some(o) = st.ofds.get_mut(&fd) {
+                o.lock = None;
+            }
+            st.bump(ino); // waiters blocked on it are woken
+            Ok(())
+        })
+    }
+
+    fn wait_shared(&self, dir: &SimDir) -> io::Result<()> {
+        let fd = dir.fd;
+        loop {
+            // Granted (and kept until the directory is closed) when no other descriptor
+            // holds it exclusively; else sleep until the lock's state changes (an unlock or
+            // a close bumps the inode's epoch).
+            let blocked = self.call("flock SH (blocking)", |st, _| {
+                let ino = self.ino(st, dir)?;
+                if st.no_flock {
+                    return Err(errno(37)); // ENOLCK
+                }
+                let conflict = st.flock_conflict(fd, ino, false);
+                if !conflict {
+                    st.ofds.get_mut(&fd).expect("open").lock = Some(false);
+                }
+                Ok(conflict.then(|| (ino, st.inodes.get(&ino).map_or(0, |i| i.epoch))))
+            })?;
+            match blocked {
+                None => return Ok(()), // granted (kept until the directory is closed)
+                Some(watch) => {
+                    drop(self.world.yield_point(
+                        self.slot,
+                        Status::Sleeping {
+                            until: None,
+                            watch: Some(watch),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+
+    fn process_alive(&self, pid: u32) -> Option<bool> {
+        self.call(&format!("kill {pid} 0"), |st, _| {
+            Some(st.slot_of_pid(pid).is_some_and(|s| st.procs[s].alive))
+        })
+    }
+
+    fn start_time(&self, pid: u32) -> Option<u64> {
+        let st = self.world.lock();
+        st.slot_of_pid(pid)
+            .filter(|s| st.procs[*s].alive)
+            .map(|s| st.procs[s].start)
+    }
+
+    fn watch(&self, lock: &SimDir, _pid: Option<u32>) -> io::Result<Option<(Ino, u64)>> {
+        let st = self.world.lock();
+        let ino = self.ino(&st, lock)?;
+        Ok(Some((ino, st.inodes.get(&ino).map_or(0, |i| i.epoch))))
+    }
+
+    fn sleep(
+        &self,
+        watch: Option<&(Ino, u64)>,
+        timeout: Option<Duration>,
+        _cancel: Option<&CancelHandle>,
+    ) -> io::Result<Wake> {
+        let until = {
+            let st = self.world.lock();
+            timeout.map(|t| st.mono + t)
+        };
+        let st = self.world.yield_point(
+            self.slot,
+            Status::Sleeping {
+                until,
+                watch: watch.copied(),
+            },
+        );
+        let changed =
+            watch.is_some_and(|(ino, epoch)| st.inodes.get(ino).is_none_or(|i| i.epoch != *epoch));
+        Ok(if changed {
+            Wake::Changed
+        } else {
+            Wake::TimedOut
+        })
+    }
+}

@@ -291,6 +291,10 @@ MUTANTS = [
      '    if let Phase::Starting(Some(sig)) = pending {',
      '    if let (Phase::Starting(Some(sig)), true) = (pending, false) {',
      'cli', 'hardening::ctrl_c_while_the_command_starts_is_not_lost'),
+    ('test-children-outlive-a-killed-test', 'tests/common/sys.rs',
+     'if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {',
+     'if false {',
+     'it', 'guards::a_killed_test_binary_leaves_no_process'),
     # The simulation's own breaks: a reclaimer that takes no guard, and one that retires
     # whatever lock it finds (both let two reclaimers of one dead owner overlap).
     ('reclaim-without-the-guard', 'src/reclaim.rs',

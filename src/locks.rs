@@ -124,7 +124,7 @@ enum Role {
 
 /// What to do about a lock directory that is not private, without ever suggesting a change
 /// to a directory that others share.
-const USE_A_PRIVATE_ONE: &str = "lock directories must be private to you: use your own namespace under the temporary directory, or a directory of your own for your locks";
+const USE_A_PRIVATE_ONE: &str = "lock directories must be private to you: use the per-user namespace under the temporary directory (`Locks::new`), or a new directory made only for your locks (`Locks::in_dir`, which creates it with mode 700)";
 
 /// Creates (mode exactly 0700) or opens the private directory `name` in `parent`.
 fn open_private(
@@ -179,15 +179,15 @@ fn open_private(
         sys.set_mode(&dir, 0o700)
             .map_err(|e| Error::io("set the mode of the lock directory", &path, e))?;
     } else if meta.mode & 0o777 != 0o700 {
-        // Never "fix" a directory that others share (a sticky or world-writable one: /tmp).
-        let shared = meta.mode & 0o1000 != 0 || meta.mode & 0o022 != 0;
-        let fix = if shared {
-            format!("it is a shared directory; {USE_A_PRIVATE_ONE}")
-        } else {
-            format!(
-                "if only you use it, make it private with `chmod 700 {}`; otherwise {USE_A_PRIVATE_ONE}",
+        // Only our own namespace (named after our uid, made by us) may be made private again.
+        // A directory the caller named may be anything (/usr, a project, /var/lib) and others
+        // may rely on its mode: never advise changing it.
+        let fix = match role {
+            Role::Namespace => format!(
+                "it is your own lock namespace: make it private again with `chmod 700 {}`",
                 crate::text::shell_word(&path)
-            )
+            ),
+            Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
         };
         return Err(Error::Unsafe {
             problem: format!("it has mode {:o}, not 700", meta.mode & 0o7777),

@@ -52,14 +52,14 @@ enum Cmd {
     /// It finds the lock named in DIRLOCK_HELD, so that a nested `dirlock run` (or library
     /// call) for the same lock is refused instead of waiting for its own parent.
     #[command(
-        after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ -w 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -c 'make deploy'\n  dirlock run -n -E 0 --lock cron.lock -- ./nightly.sh   # skip quietly if still running"
+        after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ -w 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -c 'make deploy'\n  dirlock run -q -n -E 0 --lock cron.lock -- ./nightly.sh   # skip quietly if still running"
     )]
     Run {
         #[command(flatten)]
         sel: Selector,
         #[command(flatten)]
         acq: Acquire,
-        /// Say nothing while waiting.
+        /// Say nothing while waiting, nor when the lock is held (the exit status says it).
         #[arg(short, long)]
         quiet: bool,
         /// Exit with status N when the lock is held by another process.
@@ -73,8 +73,9 @@ enum Cmd {
             conflicts_with = "cmd"
         )]
         shell: Option<String>,
-        /// The command does not keep the lock: it does not inherit the beacon, so nothing it
-        /// leaves running holds the lock once `dirlock run` exits.
+        /// The command does not inherit the beacon. Were `dirlock run` killed, the command dies
+        /// with it, but what it left running in the background would keep the lock held
+        /// (never reclaimed) until it ends; with -o the lock is reclaimable at once.
         #[arg(short = 'o', long)]
         no_inherit: bool,
         /// The command and its arguments.
@@ -225,7 +226,7 @@ fn secs(v: &str) -> Result<Duration, String> {
         .ok()
         .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e12)
         .map(Duration::from_secs_f64)
-        .ok_or_else(|| format!("{v:?} is not a number of seconds"))
+        .ok_or_else(|| format!("{v:?} is not a number of seconds from 0 to 999999999999"))
 }
 
 /// A failure: what to print (nothing for a closed output pipe) and the exit status.
@@ -256,10 +257,7 @@ fn explain(e: &Error) -> String {
             e.facts(),
             shown(lock)
         ),
-        Error::Locked { .. } => format!(
-            "{}; retry when it finishes, or wait for it (--wait, or --timeout SECS)",
-            e.facts()
-        ),
+        Error::Locked { .. } => format!("{}; retry when it finishes", e.facts()),
         Error::Malformed { lock, .. } => format!(
             "{}; check that no process uses it, then remove it with `dirlock unlock --force` for the same lock (it refuses while a process holds a lock on it), or remove {} by hand",
             e.facts(),
@@ -306,10 +304,12 @@ fn open(place: &Place) -> Result<Locks, Failure> {
 /// one (it is not private), say what to use instead, in this command's terms.
 fn own_dir(dir: &Path) -> Result<Locks, Failure> {
     Locks::in_dir(dir).map_err(|e| match e {
-        Error::Unsafe { .. } => Failure(
+        // The library's advice names its API: say it in this command's options instead.
+        Error::Unsafe { path, problem, .. } => Failure(
             format!(
-                "{}; for example, `--lock NAME` alone (in your own namespace under the temporary directory), or `--dir DIR` with a directory only you use",
-                explain(&e)
+                "refusing {}: {}; lock directories must be private to you: use `--lock NAME` alone (your own namespace under the temporary directory), or `--dir DIR` with a new directory made only for your locks (dirlock creates it with mode 700)",
+                shown(&path),
+                escape(&problem)
             ),
             1,
         ),
@@ -472,15 +472,25 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             let req = request(&locks, &target);
             let path = req.path()?;
             let path = shown(&path);
-            emit(&match req.unlock(force)? {
-                Unlocked::NotLocked => format!("not locked: {path}\n"),
+            let unlocked = req.unlock(force).map_err(|e| match &e {
+                Error::Locked { .. } => Failure(
+                    format!(
+                        "{}; `dirlock unlock` removes only a lock whose owner is dead",
+                        explain(&e)
+                    ),
+                    EX_TEMPFAIL,
+                ),
+                _ => e.into(),
+            })?;
+            emit(&match unlocked {
+                Unlocked::NotLocked => format!("nothing to remove: {path} is not locked\n"),
                 Unlocked::Removed { owner: Some(o) } => {
                     format!("removed {path} (its owner, pid {}, is dead)\n", o.pid)
                 }
                 Unlocked::Removed { owner: None } => {
                     format!("removed {path} (malformed, no process held it)\n")
                 }
-                _ => format!("done: {path}\n"),
+                _ => format!("removed {path}\n"),
             })?;
             Ok(ExitCode::SUCCESS)
         }
@@ -540,7 +550,7 @@ enum Phase {
 
 /// How `run` treats its command.
 struct RunOptions {
-    /// Say nothing while waiting.
+    /// Say nothing while waiting, nor when the lock is held.
     quiet: bool,
     /// The exit status when the lock is held by another process.
     conflict: u8,
@@ -607,7 +617,17 @@ fn run(
     }
     let guard = match acquired {
         Ok(g) => g,
-        Err(e) if e.is_contended() => return Err(Failure(explain(&e), opts.conflict)),
+        // Busy: under -q the exit status alone says it (`-q -n -E 0`: skip without a word).
+        Err(e) if e.is_contended() => {
+            let msg = match &e {
+                _ if opts.quiet => String::new(),
+                Error::Locked { judgement, .. } if judgement.liveness != Liveness::Unknown => {
+                    format!("{}, or wait for it (--wait, or -w SECS)", explain(&e))
+                }
+                _ => explain(&e),
+            };
+            return Err(Failure(msg, opts.conflict));
+        }
         Err(e) => return Err(e.into()),
     };
     let mut cmd = std::process::Command::new(&command[0]);
@@ -687,7 +707,7 @@ fn status(
         };
         format!("{value}\n")
     } else if statuses.is_empty() {
-        "no locks\n".to_owned()
+        "no locks are held or left over\n".to_owned()
     } else {
         statuses.iter().map(describe).collect::<Vec<_>>().join("\n")
     };

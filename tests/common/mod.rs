@@ -3,6 +3,7 @@
 //! behind, and the skip rule for tests that need more than the Rust toolchain.
 #![allow(dead_code)]
 
+mod sys;
 use dirlock::Locks;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
+pub use sys::{kill_group, owned, signal};
 
 /// A test's own lock directory (and a repository root beside it).
 pub struct Fixture {
@@ -111,7 +113,6 @@ impl Holder {
     /// As [`Holder::try_start`], with the holder run under `wrapper` (e.g. strace with a fault
     /// injected).
     pub fn try_start_under(wrapper: &[&str], dir: &Path, args: &[&str]) -> Result<Holder, String> {
-        use std::os::unix::process::CommandExt;
         let until = dir
             .parent()
             .unwrap()
@@ -119,12 +120,13 @@ impl Holder {
         let mut all: Vec<std::ffi::OsString> = vec!["--dir".into(), dir.into()];
         all.extend(args.iter().map(Into::into));
         all.extend(["--until".into(), until.clone().into()]);
-        let mut child = crate::hold_command(wrapper, &all)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .unwrap();
+        let mut child = owned(
+            crate::hold_command(wrapper, &all)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .spawn()
+        .unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = mpsc::channel();
         let reader = std::thread::spawn(move || {
@@ -201,18 +203,9 @@ pub fn uuid_like() -> String {
 /// reaped) when the guard is dropped, also when a test panics.
 pub struct ChildGuard(pub Child);
 
-/// SIGKILLs process group `pgid` (what a child started lives on in it).
-pub fn kill_group(pgid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status();
-}
-
 impl ChildGuard {
     pub fn spawn(mut cmd: impl std::borrow::BorrowMut<Command>) -> ChildGuard {
-        use std::os::unix::process::CommandExt;
-        ChildGuard(cmd.borrow_mut().process_group(0).spawn().unwrap())
+        ChildGuard(owned(cmd.borrow_mut()).spawn().unwrap())
     }
 
     /// Waits up to `limit` for the child to exit; `None` if it is still running (it is killed
@@ -276,10 +269,7 @@ pub struct PidGuard(pub u32);
 
 impl Drop for PidGuard {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.0.to_string()])
-            .stderr(Stdio::null())
-            .status();
+        signal(self.0, libc::SIGKILL);
     }
 }
 

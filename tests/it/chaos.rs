@@ -152,6 +152,7 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u
     // the kernel, so a stall of seconds (the grace period is a minute) means one.
     let log_len = || std::fs::metadata(work.join("log")).map_or(0, |m| m.len());
     let (mut last_len, mut last_growth, mut longest_stall) = (0, Instant::now(), Duration::ZERO);
+    let mut stall_seen = String::new();
     while clock.go_on() {
         std::thread::sleep(Duration::from_millis(ms + rng % (3 * ms)));
         rng ^= rng << 13;
@@ -160,6 +161,15 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u
         let len = log_len();
         if len != last_len {
             (last_len, last_growth) = (len, Instant::now());
+        }
+        if last_growth.elapsed() >= Duration::from_secs(10)
+            && longest_stall < Duration::from_secs(10)
+        {
+            // What the lock directory looked like during the stall, for the failure message.
+            stall_seen = dirlock::Locks::in_dir(work.join("locks"))
+                .and_then(|l| l.statuses())
+                .map(|s| format!("{s:#?}"))
+                .unwrap_or_else(|e| e.to_string());
         }
         longest_stall = longest_stall.max(last_growth.elapsed());
         let holder = (rng % 4 != 0)
@@ -185,7 +195,7 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u
     }
     assert!(
         longest_stall < Duration::from_secs(10),
-        "I7: no acquisition for {longest_stall:?} (a wedge)"
+        "I7: no acquisition for {longest_stall:?} (a wedge); the locks then: {stall_seen}"
     );
     std::fs::write(work.join("stop"), "").unwrap();
     for mut c in children {

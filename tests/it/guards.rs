@@ -71,3 +71,54 @@ fn a_failing_test_leaves_no_process_and_no_open_pipe() {
     }
     assert!(Path::new(tmp.path()).exists());
 }
+
+/// Starts a holder and a plain child, writes their pids, and waits to be killed. Does nothing
+/// as an ordinary test.
+#[test]
+#[ignore = "run by a_killed_test_binary_leaves_no_process"]
+fn killed_holding_children() {
+    let Some(dir) = std::env::var_os(DIR).map(std::path::PathBuf::from) else {
+        return;
+    };
+    let fx = Fixture::new();
+    let holder = Holder::start(fx.dir(), &["--lock", "k.lock"]);
+    let sleeper = ChildGuard::spawn(Command::new("sleep").arg("60"));
+    for (name, pid) in [("holder", holder.pid()), ("sleeper", sleeper.id())] {
+        let tmp = dir.join(format!("{name}.tmp"));
+        std::fs::write(&tmp, format!("{pid}\n")).unwrap();
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// Ctrl-C on `cargo test`, or a CI timeout, kills the test binary without running a
+/// destructor (and its children are in process groups of their own, out of the terminal's
+/// reach): the kernel still kills every child a test owns.
+#[test]
+fn a_killed_test_binary_leaves_no_process() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = ChildGuard::spawn(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "guards::killed_holding_children",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env(DIR, tmp.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let pids: Vec<u32> = ["holder", "sleeper"]
+        .iter()
+        .map(|name| read_pid(&tmp.path().join(name)))
+        .collect();
+    assert!(signal(child.id(), libc::SIGINT));
+    child.wait().unwrap();
+    for pid in pids {
+        assert!(
+            eventually(Duration::from_secs(10), || !alive(pid)),
+            "pid {pid} outlived the killed test binary"
+        );
+    }
+}

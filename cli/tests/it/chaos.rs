@@ -112,9 +112,7 @@ fn chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u64) -> O
                         .stderr(Stdio::piped());
                     // A group of its own: whatever outlives the wrapper (a stopped strace
                     // child the killer orphaned, say) is killed with the group once it ends.
-                    let Ok(mut child) =
-                        std::os::unix::process::CommandExt::process_group(&mut cmd, 0).spawn()
-                    else {
+                    let Ok(mut child) = owned(&mut cmd).spawn() else {
                         continue;
                     };
                     let id = child.id();
@@ -159,22 +157,17 @@ fn chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u64) -> O
         };
         // Mostly SIGKILL; one time in four a wrapper gets SIGINT or SIGTERM instead (a waiting
         // one abandons its wait, a running one passes it to its section).
-        let signal = if rng % 3 != 0 && rng % 4 == 1 {
+        let sig = if rng % 3 != 0 && rng % 4 == 1 {
             if rng % 8 == 1 {
-                "-INT"
+                libc::SIGINT
             } else {
-                "-TERM"
+                libc::SIGTERM
             }
         } else {
-            "-KILL"
+            libc::SIGKILL
         };
         if let Some(pid) = victim {
-            if Command::new("kill")
-                .args([signal, &pid.to_string()])
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-            {
+            if signal(pid, sig) {
                 kills += 1;
             }
         }

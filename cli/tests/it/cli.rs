@@ -181,10 +181,7 @@ fn sigint_is_forwarded_and_the_lock_released_after_the_command_exits() {
             .stdout(Stdio::null()),
     );
     wait_for(&ready);
-    Command::new("kill")
-        .args(["-INT", &run.0.id().to_string()])
-        .status()
-        .unwrap();
+    assert!(signal(run.0.id(), libc::SIGINT));
     let status = run.0.wait().unwrap();
     assert_eq!(
         status.code(),
@@ -227,10 +224,7 @@ fn what_the_command_left_running_keeps_the_lock_until_it_exits() {
         "the background process still holds the beacon: {}",
         text(&out.stderr)
     );
-    Command::new("kill")
-        .args(["-KILL", &background.to_string()])
-        .status()
-        .unwrap();
+    assert!(signal(background, libc::SIGKILL));
     // The kernel now proves the owner gone: taken at once (the process may take a moment to die).
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -325,17 +319,23 @@ fn unlock_removes_only_the_dead() {
     let fx = Fixture::new();
     assert_eq!(
         text(&dirlock(fx.dir(), &["unlock", "--lock", "u.lock"]).stdout),
-        format!("not locked: {}\n", fx.dir().join("u.lock").display())
+        format!(
+            "nothing to remove: {} is not locked\n",
+            fx.dir().join("u.lock").display()
+        )
     );
     // Live: refused, and says why.
     let h = Holder::start(fx.dir(), &["--lock", "u.lock"]);
     let out = dirlock(fx.dir(), &["unlock", "--lock", "u.lock"]);
     assert_eq!(out.status.code(), Some(75));
+    let err = text(&out.stderr);
+    assert!(err.contains("judged live"), "{err}");
+    // The advice is this subcommand's: unlock has no --wait to offer.
     assert!(
-        text(&out.stderr).contains("judged live"),
-        "{}",
-        text(&out.stderr)
+        err.contains("removes only a lock whose owner is dead"),
+        "{err}"
     );
+    assert!(!err.contains("--wait"), "{err}");
     assert!(fx.dir().join("u.lock/owner.json").exists());
     h.release();
     // Dead by evidence, however fresh: an operator asked.
@@ -531,7 +531,16 @@ fn flock_style_flags() {
         fx.dir(),
         &["run", "-E", "0", "--lock", "f.lock", "--", "true"],
     );
-    assert_eq!(out.status.code(), Some(0), "-E 0: skip quietly when held");
+    assert_eq!(out.status.code(), Some(0), "-E 0: the status when held");
+    assert!(text(&out.stderr).contains("or wait for it (--wait"));
+    let out = dirlock(
+        fx.dir(),
+        &[
+            "run", "-q", "-n", "-E", "0", "--lock", "f.lock", "--", "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stderr), "", "-q -n -E 0: skip without a word");
     let out = dirlock(
         fx.dir(),
         &["run", "-E", "9", "--lock", "f.lock", "--", "true"],
@@ -541,7 +550,7 @@ fn flock_style_flags() {
     let start = Instant::now();
     let out = dirlock(
         fx.dir(),
-        &["run", "-q", "-w", "0.3", "--lock", "f.lock", "--", "true"],
+        &["run", "-w", "0.3", "--lock", "f.lock", "--", "true"],
     );
     assert_eq!(out.status.code(), Some(75));
     assert!(start.elapsed() >= Duration::from_millis(300));
@@ -691,39 +700,46 @@ fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
     })
 }
 
+/// A directory the user names may be shared (/tmp), or used by others for something else (a
+/// project checkout, /usr as root): the advice never is to change it, and speaks in this
+/// command's options, not the library's API.
 #[test]
 fn a_shared_directory_is_never_to_be_changed() {
     let tmp = tempfile::tempdir().unwrap();
-    let shared = tmp.path().join("shared");
-    std::fs::create_dir(&shared).unwrap();
-    std::fs::set_permissions(
-        &shared,
-        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
-    )
-    .unwrap();
-    let lock = format!("{}/x.lock", shared.display());
-    let check = |out: &Output, who: &str| {
-        let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{who}: {err}");
-        assert!(
-            !err.contains("chmod") && !err.contains("remove") && err.contains("private"),
-            "{who}: dangerous or missing advice: {err}"
+    for (name, mode) in [("shared", 0o1777), ("project", 0o755)] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        let lock = format!("{}/x.lock", dir.display());
+        let check = |out: &Output, who: &str| {
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name}, {who}: {err}");
+            assert!(
+                !err.contains("chmod") && !err.contains("remove") && err.contains("private"),
+                "{name}, {who}: dangerous or missing advice: {err}"
+            );
+            assert!(
+                err.contains("--lock NAME") && err.contains("--dir") && !err.contains("Locks::"),
+                "{name}, {who}: {err}"
+            );
+        };
+        check(
+            &Command::new(BIN)
+                .args(["run", "--lock", &lock, "--", "true"])
+                .output()
+                .unwrap(),
+            "this user",
         );
-        assert!(
-            err.contains("--lock NAME") && err.contains("--dir"),
-            "{who}: {err}"
+        // As another (normal) user, the directory is not even theirs: still no advice to
+        // change it.
+        if let Some(out) = as_nobody(&["run", "--lock", &lock, "--", "true"], tmp.path()) {
+            check(&out, "uid 65534");
+        }
+        assert_eq!(
+            crate::common::mode(&dir),
+            mode,
+            "{name}: refused, not changed"
         );
-    };
-    check(
-        &Command::new(BIN)
-            .args(["run", "--lock", &lock, "--", "true"])
-            .output()
-            .unwrap(),
-        "this user",
-    );
-    // As another (normal) user, the directory is not even theirs: still no advice to change it.
-    if let Some(out) = as_nobody(&["run", "--lock", &lock, "--", "true"], tmp.path()) {
-        check(&out, "uid 65534");
     }
 }
 

@@ -242,10 +242,10 @@ fn hostile_tokens_neither_wedge_nor_spin() {
 #[test]
 fn signals_abandon_a_wait_and_run_nothing() {
     for (sig, code, how) in [
-        ("TERM", 143, "--wait"),
-        ("INT", 130, "--wait"),
-        ("HUP", 129, "--timeout=30"),
-        ("TERM", 143, "global"),
+        (libc::SIGTERM, 143, "--wait"),
+        (libc::SIGINT, 130, "--wait"),
+        (libc::SIGHUP, 129, "--timeout=30"),
+        (libc::SIGTERM, 143, "global"),
     ] {
         let fx = Fixture::new();
         let target: Vec<String> = if how == "global" {
@@ -270,11 +270,7 @@ fn signals_abandon_a_wait_and_run_nothing() {
             .iter()
             .any(|e| e.contains(".candidate."))));
         std::thread::sleep(Duration::from_millis(50));
-        assert!(Command::new("kill")
-            .args([&format!("-{sig}"), &waiter.0.id().to_string()])
-            .status()
-            .unwrap()
-            .success());
+        assert!(signal(waiter.0.id(), sig));
         let status = waiter.wait_for(Duration::from_secs(10));
         assert_eq!(
             status.and_then(|s| s.code()),

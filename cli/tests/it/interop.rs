@@ -22,6 +22,14 @@ const REFERENCE: &str = "DIRLOCK_REFERENCE_TS";
 /// lines a diff adds.
 fn reference_source() -> Result<String, String> {
     let path = std::env::var_os(REFERENCE).ok_or_else(|| format!("{REFERENCE} unset"))?;
+    // Tests run in their package's directory, not where cargo was started: a relative path
+    // would name another file than the user meant.
+    if Path::new(&path).is_relative() {
+        return Err(format!(
+            "{REFERENCE}={} to be an absolute path",
+            Path::new(&path).display()
+        ));
+    }
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("{REFERENCE}={}: {e}", Path::new(&path).display()))?;
     if !text.lines().any(|l| l.starts_with("@@")) {
@@ -531,12 +539,7 @@ fn exclusion_holds_across_both_with_killed_wrappers() {
                     r.get(rng as usize / 3 % r.len().max(1)).copied()
                 };
                 if let Some(pid) = victim {
-                    if Command::new("kill")
-                        .args(["-KILL", &pid.to_string()])
-                        .stderr(Stdio::null())
-                        .status()
-                        .is_ok_and(|s| s.success())
-                    {
+                    if signal(pid, libc::SIGKILL) {
                         kills.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     }
                 }

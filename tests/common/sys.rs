@@ -1,0 +1,44 @@
+//! The test helpers' system calls: signals and the death signal of the children tests own.
+//! All `unsafe` of the shared test code lives here, each block with its reason.
+#![allow(unsafe_code)]
+
+use std::process::Command;
+
+/// Sends signal `sig` to process `pid`; whether it was delivered. With kill(2) itself, not
+/// the `kill` command (a minimal image may not have procps).
+pub fn signal(pid: u32, sig: libc::c_int) -> bool {
+    // SAFETY: kill(2) takes no pointers; a pid that is gone is an error, not undefined behaviour.
+    i32::try_from(pid).is_ok_and(|pid| unsafe { libc::kill(pid, sig) } == 0)
+}
+
+/// SIGKILLs process group `pgid` (what a child started lives on in it).
+pub fn kill_group(pgid: u32) {
+    if let Ok(pgid) = i32::try_from(pgid) {
+        // SAFETY: as in `signal`; a negative pid names the process group.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    }
+}
+
+/// Makes `cmd` a child the test owns: in a process group of its own (so that what it starts
+/// is killed with it), and SIGKILLed by the kernel when the thread that spawned it ends, so
+/// that a test binary interrupted by Ctrl-C or a CI timeout (which runs no destructor) leaves
+/// nothing running either.
+pub fn owned(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id();
+    cmd.process_group(0);
+    // SAFETY: between fork and exec the closure calls only async-signal-safe functions
+    // (prctl, getppid, _exit) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the prctl: no one would kill us.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,91 +1,15 @@
-//! The held lock: an RAII guard with an explicit, fallible [`LockGuard::release`], and the
-//! in-process registry that refuses self-deadlocks and lock-order inversions.
+//! The held lock: an RAII guard with an explicit, fallible [`LockGuard::release`].
 
 use crate::error::Error;
+use crate::held::{held_line, register, unregister, Family, HELD_VAR};
+use crate::lockdir::LockDir;
 use crate::owner::Owner;
-use crate::protocol::{self, Held, Space};
-use crate::sys::{FileId, Real, System};
+use crate::protocol::{self, Held};
+use crate::sys::{FileId, Real};
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::ThreadId;
-
-/// Which family a lock belongs to (for the lock-order rule).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Family {
-    Repository,
-    GlobalSetup,
-    Named,
-}
-
-struct Registered {
-    serial: u64,
-    dir: FileId,
-    name: String,
-    thread: ThreadId,
-    family: Family,
-    pid: u32,
-    path: PathBuf,
-}
-
-/// The locks this process holds. Entries of another pid are a forked parent's: ignored.
-static HELD: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
-static SERIAL: AtomicU64 = AtomicU64::new(1);
-
-fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
-    HELD.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Refuses what would deadlock this thread: the same lock again, or the global setup lock while
-/// it holds a repository lock (the order is setup first). Both rules are per thread: the thread
-/// is what blocks, and other threads of the process contend like other processes do.
-pub(crate) fn check_order(
-    dir: FileId,
-    name: &str,
-    family: Family,
-    lock: &Path,
-    resource: &str,
-) -> Result<(), Error> {
-    let pid = Real.pid();
-    let me = std::thread::current().id();
-    let held = registry();
-    for r in held.iter().filter(|r| r.pid == pid) {
-        if r.dir == dir && r.name == name && r.thread == me {
-            return Err(Error::AlreadyHeld {
-                lock: lock.to_owned(),
-                resource: resource.to_owned(),
-            });
-        }
-        if family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {
-            return Err(Error::LockOrder {
-                lock: lock.to_owned(),
-                resource: resource.to_owned(),
-                held: r.path.clone(),
-            });
-        }
-    }
-    Ok(())
-}
-
-fn register(dir: FileId, name: &str, family: Family, path: &Path) -> u64 {
-    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
-    registry().push(Registered {
-        serial,
-        dir,
-        name: name.to_owned(),
-        thread: std::thread::current().id(),
-        family,
-        pid: Real.pid(),
-        path: path.to_owned(),
-    });
-    serial
-}
-
-fn unregister(serial: u64) {
-    registry().retain(|r| r.serial != serial);
-}
+use std::sync::Arc;
 
 /// A held lock. Release it with [`LockGuard::release`] to learn whether the release worked;
 /// dropping the guard releases it too, ignoring errors.
@@ -96,36 +20,35 @@ fn unregister(serial: u64) {
 #[must_use = "the lock is released when the guard is dropped"]
 pub struct LockGuard {
     held: Option<Held<Real>>,
+    /// The lock directory it was taken in, and the handle of it used.
+    lock_dir: Arc<LockDir>,
     dir: Arc<OwnedFd>,
     dir_id: FileId,
-    dir_path: PathBuf,
     path: PathBuf,
-    uid: u32,
     resource: String,
     acquirer: u32,
     serial: u64,
 }
 
 impl LockGuard {
+    /// The guard of `held`, taken in `lock_dir` through handle `dir` (identity `dir_id`).
     pub(crate) fn new(
         held: Held<Real>,
+        lock_dir: Arc<LockDir>,
         dir: Arc<OwnedFd>,
         dir_id: FileId,
-        dir_path: &Path,
-        uid: u32,
         resource: String,
         family: Family,
     ) -> LockGuard {
-        let path = dir_path.join(&held.name);
+        let path = lock_dir.path.join(&held.name);
         let serial = register(dir_id, &held.name, family, &path);
         LockGuard {
             acquirer: held.owner.pid,
             held: Some(held),
+            lock_dir,
             dir,
             dir_id,
-            dir_path: dir_path.to_owned(),
             path,
-            uid,
             resource,
             serial,
         }
@@ -178,16 +101,12 @@ impl LockGuard {
     /// waiting for its own parent; the child does not keep the lock alive (see
     /// [`LockGuard::keep_alive_in`] for that).
     pub fn name_in(&self, cmd: &mut std::process::Command) {
-        let mut held = std::env::var(crate::locks::HELD_VAR).unwrap_or_default();
+        let mut held = std::env::var(HELD_VAR).unwrap_or_default();
         if !held.is_empty() && !held.ends_with('\n') {
             held.push('\n');
         }
-        held.push_str(&crate::locks::held_line(
-            self.acquirer,
-            self.dir_id,
-            &self.held().name,
-        ));
-        cmd.env(crate::locks::HELD_VAR, held);
+        held.push_str(&held_line(self.acquirer, self.dir_id, &self.held().name));
+        cmd.env(HELD_VAR, held);
     }
 
     /// Releases the lock: checks that it is still ours, retires it to a tombstone, wakes
@@ -208,12 +127,7 @@ impl LockGuard {
             return Ok(());
         };
         unregister(self.serial);
-        let sp = Space {
-            sys: &Real,
-            dir: &*self.dir,
-            path: &self.dir_path,
-            uid: self.uid,
-        };
+        let sp = self.lock_dir.space(&self.dir);
         protocol::release(&sp, held, &self.resource, self.acquirer)
     }
 }

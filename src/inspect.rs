@@ -4,7 +4,7 @@ use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, GUARD_MARKER};
-use crate::protocol::{creator, Creator, Seen, Space};
+use crate::space::{creator, Creator, Seen, Space};
 use crate::sys::{Identity, System};
 use std::collections::BTreeMap;
 use std::io;

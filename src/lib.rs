@@ -137,27 +137,35 @@
 
 mod error;
 mod guard;
+mod held;
 mod inspect;
 mod liveness;
+mod lockdir;
 mod locks;
 mod options;
 mod owner;
 pub mod paths;
 mod protocol;
 mod reclaim;
+mod request;
 #[cfg(any(test, feature = "sim"))]
 mod sim;
+mod space;
+mod sweep;
 mod sys;
 pub mod text;
 
 pub use error::Error;
 pub use guard::LockGuard;
+pub use held::HELD_VAR;
 pub use inspect::{GuardState, Leftover, State, Status};
 pub use liveness::{Judgement, Liveness};
-pub use locks::{LockRequest, Locks, HELD_VAR};
+pub use locks::Locks;
 pub use options::{Cancel, Wait, Waiting, DEFAULT_GRACE};
 pub use owner::Owner;
-pub use protocol::{Sweep, Unlocked};
+pub use reclaim::Unlocked;
+pub use request::LockRequest;
+pub use sweep::Sweep;
 
 /// The deterministic simulation, for the fuzz crate (feature `sim`). Not a stable API.
 #[cfg(feature = "sim")]

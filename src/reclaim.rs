@@ -18,9 +18,10 @@
 
 use crate::error::Error;
 use crate::options::{Ages, Backoff};
+use crate::owner::Owner;
 use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
-use crate::protocol::{make_candidate, remove_tree, Seen, Space, PEEK_RETRIES};
-use crate::sys::{is, Errno, System};
+use crate::space::{make_candidate, remove_tree, Seen, Space, PEEK_RETRIES};
+use crate::sys::{is, Errno, Identity, Kind, System};
 use std::io;
 use std::time::Duration;
 
@@ -329,4 +330,105 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
     drop(held);
     remove_tree(sp.sys, sp.dir, &tomb);
     Ok(Reclaim::Done)
+}
+
+/// How often an unlock looks again after the lock changed under it (each time, some other
+/// process took or released it) before it reports a timeout.
+const MAX_UNLOCK_ROUNDS: u32 = 64;
+
+/// What an [unlock](crate::LockRequest::unlock) did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unlocked {
+    /// The lock was not held.
+    NotLocked,
+    /// The lock was removed; `owner` is its dead owner's record (`None` for a malformed one).
+    Removed {
+        /// The removed lock's owner record, if it had a readable one.
+        owner: Option<Owner>,
+    },
+}
+
+/// Unlock (an operator's request): retire the lock if its owner is dead, by proof or by
+/// evidence at any age; with `force`, also a malformed lock on which no beacon is held. Live
+/// and unknown owners are refused. Always through the reclaim guard.
+pub(crate) fn unlock<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    resource: &str,
+    me: &Identity,
+    grace: Duration,
+    force: bool,
+) -> Result<Unlocked, Error> {
+    let guarded = |remaining| Error::Guarded {
+        guard: sp.entry(&guard_name(name)),
+        lock: sp.entry(name),
+        resource: resource.to_owned(),
+        remaining,
+    };
+    for _ in 0..MAX_UNLOCK_ROUNDS {
+        let (expect_owner, id) = match sp.observe(name)? {
+            Seen::Gone => return Ok(Unlocked::NotLocked),
+            Seen::Owned { dir, meta, owner } => {
+                let judgement = sp.judge(&dir, &owner, me);
+                if !judgement.liveness.is_dead() {
+                    return Err(Error::Locked {
+                        lock: sp.entry(name),
+                        resource: resource.to_owned(),
+                        owner: Box::new(owner),
+                        judgement,
+                        since: meta.mtime,
+                    });
+                }
+                (Some(owner), meta.id)
+            }
+            Seen::InUse { problem, .. } | Seen::Malformed(problem) => {
+                let malformed = |problem: String| Error::Malformed {
+                    lock: sp.entry(name),
+                    resource: resource.to_owned(),
+                    problem,
+                };
+                if !force {
+                    return Err(malformed(problem));
+                }
+                let meta = match sp.sys.meta_at(sp.dir, name) {
+                    Ok(m) => m,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(sp.io("inspect the lock", name, e)),
+                };
+                if meta.kind == Kind::Dir {
+                    let dir = match sp.sys.open_dir_at(sp.dir, name) {
+                        Ok(d) => d,
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                        Err(e) => return Err(sp.io("open the lock", name, e)),
+                    };
+                    if !sp.sys.try_lock(&dir, false).unwrap_or(false) {
+                        return Err(malformed(format!(
+                            "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
+                        )));
+                    }
+                }
+                (None, meta.id)
+            }
+        };
+        let expect = match &expect_owner {
+            Some(owner) => Expect::Token(&owner.token),
+            None => Expect::Dir(id),
+        };
+        match reclaim(sp, name, expect, grace, &mut Ages::default())? {
+            Reclaim::Done => {
+                return Ok(Unlocked::Removed {
+                    owner: expect_owner,
+                })
+            }
+            Reclaim::Changed => continue,
+            Reclaim::Busy { remaining } => return Err(guarded(remaining)),
+        }
+    }
+    Err(Error::Timeout {
+        lock: sp.entry(name),
+        resource: resource.to_owned(),
+        waited: Duration::ZERO,
+        owner: None,
+    })
 }

@@ -317,12 +317,12 @@ fn own_dir(dir: &Path) -> Result<Locks, Failure> {
     })
 }
 
-/// The lock directory and the request for a selector.
-fn select(sel: &Selector) -> Result<(Locks, Target), Failure> {
+/// The request for the lock the selector names, in the lock directory it names.
+fn select(sel: &Selector) -> Result<LockRequest, Failure> {
     let usage = |m: &str| Failure(m.to_owned(), EX_USAGE);
     match (&sel.repository, &sel.global_setup, &sel.lock) {
-        (Some(r), None, None) => Ok((open(&sel.place)?, Target::Repository(r.clone()))),
-        (None, Some(h), None) => Ok((open(&sel.place)?, Target::GlobalSetup(h.clone()))),
+        (Some(r), None, None) => Ok(open(&sel.place)?.repository_lock(r)),
+        (None, Some(h), None) => Ok(open(&sel.place)?.global_setup_lock(h)),
         (None, None, Some(l)) => match l.rsplit_once('/') {
             Some((dir, name)) => {
                 if sel.place.app.is_some() || sel.place.dir.is_some() {
@@ -331,9 +331,9 @@ fn select(sel: &Selector) -> Result<(Locks, Target), Failure> {
                     ));
                 }
                 let dir = if dir.is_empty() { "/" } else { dir };
-                Ok((own_dir(Path::new(dir))?, Target::Named(name.to_owned())))
+                Ok(own_dir(Path::new(dir))?.named_lock(name))
             }
-            None => Ok((open(&sel.place)?, Target::Named(l.clone()))),
+            None => Ok(open(&sel.place)?.named_lock(l)),
         },
         _ => Err(usage(
             "give one of --repository ROOT, --global-setup HOME, --lock [DIR/]NAME",
@@ -341,21 +341,7 @@ fn select(sel: &Selector) -> Result<(Locks, Target), Failure> {
     }
 }
 
-enum Target {
-    Repository(PathBuf),
-    GlobalSetup(PathBuf),
-    Named(String),
-}
-
-fn request<'l>(locks: &'l Locks, target: &Target) -> LockRequest<'l> {
-    match target {
-        Target::Repository(r) => locks.repository_lock(r),
-        Target::GlobalSetup(h) => locks.global_setup_lock(h),
-        Target::Named(n) => locks.named_lock(n),
-    }
-}
-
-fn configure<'l>(mut req: LockRequest<'l>, acq: &Acquire) -> LockRequest<'l> {
+fn configure(mut req: LockRequest, acq: &Acquire) -> LockRequest {
     if acq.wait {
         req = req.wait(Wait::Forever);
     }
@@ -468,8 +454,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Unlock { sel, force } => {
-            let (locks, target) = select(&sel)?;
-            let req = request(&locks, &target);
+            let req = select(&sel)?;
             let path = req.path()?;
             let path = shown(&path);
             let unlocked = req.unlock(force).map_err(|e| match &e {
@@ -508,14 +493,12 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Path { sel } => {
-            let (locks, target) = select(&sel)?;
-            let path = request(&locks, &target).path()?;
+            let path = select(&sel)?.path()?;
             emit(&format!("{}\n", path.display()))?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Hold { sel, acq, until } => {
-            let (locks, target) = select(&sel)?;
-            let guard = configure(request(&locks, &target), &acq).acquire()?;
+            let guard = configure(select(&sel)?, &acq).acquire()?;
             let mut text = format!("held {}\n", guard.path().display());
             if let Some(prev) = guard.reclaimed_from() {
                 let _ = writeln!(text, "reclaimed-from {} {}", prev.pid, escape(&prev.token));
@@ -591,9 +574,9 @@ fn run(
         }
     });
     let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
-    let (locks, target) = select(sel)?;
+    let req = select(sel)?;
     *lock_phase() = Phase::Waiting(None);
-    let mut req = configure(request(&locks, &target), acq).cancel(&cancel);
+    let mut req = configure(req, acq).cancel(&cancel);
     if !opts.quiet {
         req = req.on_wait(|w| {
             say(&format!(
@@ -692,8 +675,7 @@ fn status(
     let statuses = if all {
         open(&sel.place)?.statuses()?
     } else {
-        let (locks, target) = select(sel)?;
-        let mut req = request(&locks, &target);
+        let mut req = select(sel)?;
         if let Some(g) = grace {
             req = req.grace(g);
         }

@@ -1,7 +1,7 @@
 //! Deterministic simulation of the protocol (test builds only).
 //!
-//! The protocol code itself ([`protocol::acquire`], [`protocol::release`], [`protocol::sweep`],
-//! [`protocol::unlock`] and the reclaim under them) runs over [`SimSys`], an in-memory model of
+//! The protocol code itself ([`protocol::acquire`], [`protocol::release`], [`crate::sweep::sweep`],
+//! [`crate::reclaim::unlock`] and the reclaim under them) runs over [`SimSys`], an in-memory model of
 //! the few system calls of the [`System`] seam: directories and files with modes and mtimes,
 //! open file descriptions with `flock`s, processes with pids and start times, a virtual clock,
 //! and inotify-like change counters. Each simulated process runs its script on an OS thread of
@@ -21,7 +21,8 @@ use crate::error::Error;
 use crate::options::{Options, Wait};
 use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, OWNER_FILE};
-use crate::protocol::{self, Request, Space};
+use crate::protocol::{self, Request};
+use crate::space::Space;
 use crate::sys::{CancelHandle, FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -265,7 +266,7 @@ fn recover_at_once(world: &Arc<World>, recovery: &Config) -> usize {
 fn recover_after_the_grace_period(world: &Arc<World>, recovery: &Config) -> usize {
     let first = {
         let mut st = world.lock();
-        st.mono += recovery.grace.max(protocol::STAGING_FLOOR) + Duration::from_secs(1);
+        st.mono += recovery.grace.max(crate::sweep::STAGING_FLOOR) + Duration::from_secs(1);
         st.inside.clear();
         st.procs.len()
     };

@@ -126,7 +126,7 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
                 }
             }
             if recovery {
-                if let Err(e) = protocol::sweep(&space(sys, &sys.lock_dir()), grace) {
+                if let Err(e) = crate::sweep::sweep(&space(sys, &sys.lock_dir()), grace) {
                     report(sys, format!("sweep failed: {e}"));
                 }
             }
@@ -136,11 +136,11 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
                 Script::SweeperNow => Duration::ZERO,
                 _ => grace,
             };
-            if let Err(e) = protocol::sweep(&sp, grace) {
+            if let Err(e) = crate::sweep::sweep(&sp, grace) {
                 report(sys, format!("sweep failed: {e}"));
             }
         }
-        Script::Unlocker => match protocol::unlock(&sp, LOCK, "sim", &me, grace, false) {
+        Script::Unlocker => match crate::reclaim::unlock(&sp, LOCK, "sim", &me, grace, false) {
             Ok(_) => {}
             Err(e) if e.is_contended() => {}
             Err(Error::Malformed { .. }) if intruded(sys) => {}

@@ -1,0 +1,114 @@
+//! What this process holds, and what its parent said it holds: the in-process registry that
+//! refuses self-deadlocks and lock-order inversions, and the `DIRLOCK_HELD` variable that
+//! names a parent's locks to the programs it runs.
+
+use crate::error::Error;
+use crate::sys::{FileId, Real, System};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::thread::ThreadId;
+
+/// The environment variable that names the locks a process runs under, set by
+/// [`LockGuard::keep_alive_in`] (and so by `dirlock run`): one line per lock,
+/// `<holder pid> <dev>:<ino> <lock name>`, where `<dev>:<ino>` identifies the lock directory.
+/// Identities, not path text: the same lock spelled differently (relative, through a symlink,
+/// under a `TMPDIR` with a newline or a byte that is not UTF-8) is still recognised.
+pub const HELD_VAR: &str = "DIRLOCK_HELD";
+
+/// One `DIRLOCK_HELD` line.
+pub(crate) fn held_line(pid: u32, dir: FileId, name: &str) -> String {
+    format!("{pid} {}:{} {name}\n", dir.dev, dir.ino)
+}
+
+/// The holder pid that `DIRLOCK_HELD` names for lock `name` in the directory `dir`, unless
+/// that is this process.
+pub(crate) fn held_by_parent(dir: FileId, name: &str) -> Option<u32> {
+    let var = std::env::var_os(HELD_VAR)?;
+    let me = Real.pid();
+    var.to_str()?.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        let pid: u32 = fields.next()?.parse().ok()?;
+        let (dev, ino) = fields.next()?.split_once(':')?;
+        let id = FileId {
+            dev: dev.parse().ok()?,
+            ino: ino.parse().ok()?,
+        };
+        (id == dir && fields.next()? == name && pid != me).then_some(pid)
+    })
+}
+
+/// Which family a lock belongs to (for the lock-order rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Family {
+    Repository,
+    GlobalSetup,
+    Named,
+}
+
+struct Registered {
+    serial: u64,
+    dir: FileId,
+    name: String,
+    thread: ThreadId,
+    family: Family,
+    pid: u32,
+    path: PathBuf,
+}
+
+/// The locks this process holds. Entries of another pid are a forked parent's: ignored.
+static HELD: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
+static SERIAL: AtomicU64 = AtomicU64::new(1);
+
+fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Refuses what would deadlock this thread: the same lock again, or the global setup lock while
+/// it holds a repository lock (the order is setup first). Both rules are per thread: the thread
+/// is what blocks, and other threads of the process contend like other processes do.
+pub(crate) fn check_order(
+    dir: FileId,
+    name: &str,
+    family: Family,
+    lock: &Path,
+    resource: &str,
+) -> Result<(), Error> {
+    let pid = Real.pid();
+    let me = std::thread::current().id();
+    let held = registry();
+    for r in held.iter().filter(|r| r.pid == pid) {
+        if r.dir == dir && r.name == name && r.thread == me {
+            return Err(Error::AlreadyHeld {
+                lock: lock.to_owned(),
+                resource: resource.to_owned(),
+            });
+        }
+        if family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {
+            return Err(Error::LockOrder {
+                lock: lock.to_owned(),
+                resource: resource.to_owned(),
+                held: r.path.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn register(dir: FileId, name: &str, family: Family, path: &Path) -> u64 {
+    let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+    registry().push(Registered {
+        serial,
+        dir,
+        name: name.to_owned(),
+        thread: std::thread::current().id(),
+        family,
+        pid: Real.pid(),
+        path: path.to_owned(),
+    });
+    serial
+}
+
+pub(crate) fn unregister(serial: u64) {
+    registry().retain(|r| r.serial != serial);
+}

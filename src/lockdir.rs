@@ -1,0 +1,247 @@
+//! The lock directory itself: created private (mode exactly 0700) or refused with advice,
+//! its parents checked against renames by others, and re-created when a temp cleaner removed
+//! it.
+
+use crate::error::Error;
+use crate::paths::{self, LOCK_DIR};
+use crate::space::Space;
+use crate::sys::{is, Errno, FileId, Real, System};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Refuses a directory that someone else could rename away, with whatever is inside it (our
+/// lock namespace while a lock is held): one, or any directory above it, owned by a user other
+/// than us and root, or writable by its group or others without the sticky bit. OpenSSH holds
+/// the paths it trusts to the same rule. Both the path as given and its real path are checked.
+fn check_ancestors(dir: &Path, uid: u32, fix: &str) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(dir).ok();
+    let mut seen = std::collections::HashSet::new();
+    for p in dir
+        .ancestors()
+        .chain(real.iter().flat_map(|r| r.ancestors()))
+    {
+        if p.as_os_str().is_empty() || !seen.insert(p.to_owned()) {
+            continue;
+        }
+        let Ok(m) = std::fs::metadata(p) else {
+            continue; // missing: the open that follows says so
+        };
+        let unsafe_dir = |problem: String| Error::Unsafe {
+            path: p.to_owned(),
+            problem,
+            fix: fix.to_owned(),
+        };
+        if m.uid() != uid && m.uid() != 0 {
+            return Err(unsafe_dir(format!(
+                "it is owned by uid {}, who can rename what is inside it, lock directories included",
+                m.uid()
+            )));
+        }
+        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            let who = if m.mode() & 0o002 != 0 {
+                "anyone"
+            } else {
+                "its group"
+            };
+            return Err(unsafe_dir(format!(
+                "{who} may write it and it has no sticky bit, so {who} can rename a lock directory inside it away while a lock is held"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug)]
+pub(crate) struct LockDir {
+    pub(crate) path: PathBuf,
+    /// Where the directory comes from, to re-create it if a temp cleaner removed it.
+    origin: Origin,
+    dir: Mutex<(Arc<OwnedFd>, FileId)>,
+    pub(crate) uid: u32,
+}
+
+#[derive(Debug)]
+pub(crate) enum Origin {
+    App { temp: PathBuf, app: String },
+    Dir(PathBuf),
+}
+
+/// Which private directory [`open_private`] is opening, for the advice when it is refused.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Part of the per-user namespace `<temp dir>/<app>-<uid>/operation-locks`.
+    Namespace,
+    /// A lock directory the caller chose.
+    Chosen,
+}
+
+/// What to do about a lock directory that is not private, without ever suggesting a change
+/// to a directory that others share.
+const USE_A_PRIVATE_ONE: &str = "lock directories must be private to you: use the per-user namespace under the temporary directory (`Locks::new`), or a new directory made only for your locks (`Locks::in_dir`, which creates it with mode 700)";
+
+/// Creates (mode exactly 0700) or opens the private directory `name` in `parent`.
+fn open_private(
+    parent: &OwnedFd,
+    parent_path: &Path,
+    name: &str,
+    uid: u32,
+    role: Role,
+) -> Result<OwnedFd, Error> {
+    let sys = Real;
+    let path = parent_path.join(name);
+    let created = match sys.mkdir_at(parent, name) {
+        Ok(()) => true,
+        Err(e) if is(&e, Errno::Exists) => false,
+        Err(e) => return Err(Error::io("create the lock directory", path, e)),
+    };
+    let opened = if created {
+        sys.open_made_dir_at(parent, name)
+    } else {
+        sys.open_dir_at(parent, name)
+    };
+    let dir = match opened {
+        Ok(d) => d,
+        Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => {
+            return Err(Error::Unsafe {
+                path,
+                problem: "it is a symbolic link or not a directory".into(),
+                fix: "lock directories must be real directories: name the directory itself, or another one of your own".into(),
+            })
+        }
+        Err(e) => return Err(Error::io("open the lock directory", path, e)),
+    };
+    let meta = sys
+        .meta(&dir)
+        .map_err(|e| Error::io("inspect the lock directory", &path, e))?;
+    if meta.uid != uid {
+        let fix = match role {
+            Role::Namespace => "another user made your lock namespace and may be trying to intercept your locks: have an administrator remove it, or point TMPDIR at a directory only you can write".to_owned(),
+            Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
+        };
+        return Err(Error::Unsafe {
+            problem: format!(
+                "it is owned by uid {}, not by this user (uid {uid})",
+                meta.uid
+            ),
+            fix,
+            path,
+        });
+    }
+    if created {
+        // Whatever the umask took away (even the owner's bits), the mode is exactly 0700.
+        sys.set_mode(&dir, 0o700)
+            .map_err(|e| Error::io("set the mode of the lock directory", &path, e))?;
+    } else if meta.mode & 0o777 != 0o700 {
+        // Only our own namespace (named after our uid, made by us) may be made private again.
+        // A directory the caller named may be anything (/usr, a project, /var/lib) and others
+        // may rely on its mode: never advise changing it.
+        let fix = match role {
+            Role::Namespace => format!(
+                "it is your own lock namespace: make it private again with `chmod 700 {}`",
+                crate::text::shell_word(&path)
+            ),
+            Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
+        };
+        return Err(Error::Unsafe {
+            problem: format!("it has mode {:o}, not 700", meta.mode & 0o7777),
+            fix,
+            path,
+        });
+    }
+    Ok(dir)
+}
+
+fn open_origin(origin: &Origin, uid: u32) -> Result<(OwnedFd, PathBuf), Error> {
+    match origin {
+        Origin::App { temp, app } => {
+            check_ancestors(
+                temp,
+                uid,
+                "point TMPDIR at a directory that only you (or root) can write, such as $XDG_RUNTIME_DIR",
+            )?;
+            let tmp = Real
+                .open_dir_path(temp)
+                .map_err(|e| Error::io("open the temporary directory", temp, e))?;
+            let base_name = paths::base_name(app, uid);
+            let base = open_private(&tmp, temp, &base_name, uid, Role::Namespace)?;
+            let base_path = temp.join(&base_name);
+            let dir = open_private(&base, &base_path, LOCK_DIR, uid, Role::Namespace)?;
+            Ok((dir, base_path.join(LOCK_DIR)))
+        }
+        Origin::Dir(path) => {
+            let (parent, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+                (Some(p), Some(n)) if n != ".." => (
+                    if p.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        p
+                    },
+                    n,
+                ),
+                _ => {
+                    return Err(Error::InvalidInput {
+                        what: format!("lock directory {}", path.display()),
+                        problem: "it must end in a UTF-8 directory name".into(),
+                    })
+                }
+            };
+            check_ancestors(
+                parent,
+                uid,
+                "choose a lock directory whose parents only you (or root) can write",
+            )?;
+            let p = Real
+                .open_dir_path(parent)
+                .map_err(|e| Error::io("open the parent of the lock directory", parent, e))?;
+            Ok((
+                open_private(&p, parent, name, uid, Role::Chosen)?,
+                path.clone(),
+            ))
+        }
+    }
+}
+
+impl LockDir {
+    pub(crate) fn open(origin: Origin) -> Result<LockDir, Error> {
+        let uid = Real.identity().uid;
+        let (dir, path) = open_origin(&origin, uid)?;
+        let id = Real
+            .meta(&dir)
+            .map_err(|e| Error::io("inspect the lock directory", &path, e))?
+            .id;
+        Ok(LockDir {
+            path,
+            origin,
+            dir: Mutex::new((Arc::new(dir), id)),
+            uid,
+        })
+    }
+
+    /// The open lock directory, re-created if it was removed (a temp cleaner may remove an
+    /// empty directory; a lock in a removed directory would exclude no one).
+    pub(crate) fn current(&self) -> Result<(Arc<OwnedFd>, FileId), Error> {
+        let mut slot = self.dir.lock().unwrap_or_else(|e| e.into_inner());
+        if !Real.unlinked(&slot.0) {
+            return Ok((slot.0.clone(), slot.1));
+        }
+        let (dir, _) = open_origin(&self.origin, self.uid)?;
+        let id = Real
+            .meta(&dir)
+            .map_err(|e| Error::io("inspect the lock directory", &self.path, e))?
+            .id;
+        *slot = (Arc::new(dir), id);
+        Ok((slot.0.clone(), id))
+    }
+
+    /// The lock directory as the protocol sees it, through handle `dir`.
+    pub(crate) fn space<'a>(&'a self, dir: &'a OwnedFd) -> Space<'a, Real> {
+        Space {
+            sys: &Real,
+            dir,
+            path: &self.path,
+            uid: self.uid,
+        }
+    }
+}

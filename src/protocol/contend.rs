@@ -1,0 +1,426 @@
+//! The contest for `NAME`: publish, and on losing judge the holder and wait for it, reclaim
+//! from a dead one, or give up at the deadline. [`contend`] reads as those steps; each is a
+//! method of [`Contest`], which keeps the deadline and what the acquisition has seen.
+
+use super::stage::{publish, refresh, restage, Publish, Request, Staged, REFRESH_AFTER};
+use crate::error::Error;
+use crate::liveness::{Judgement, Liveness};
+use crate::options::{Ages, Backoff, Wait};
+use crate::owner::Owner;
+use crate::paths::guard_name;
+use crate::reclaim::{reclaim, Expect, Reclaim};
+use crate::space::{not_found, Seen, Space};
+use crate::sys::{is, Errno, FileId, Identity, Meta, System, Wake};
+use std::time::Duration;
+
+/// How often a fail-fast acquisition republishes after the holder vanished under it before it
+/// reports the lock as held (each round means some other process took and released it).
+const MAX_FAIL_FAST_ROUNDS: u32 = 64;
+
+/// Rounds in a row without a wait (the holder vanished, a reclaim found the lock changed)
+/// after which a contender pauses (bounded backoff) before it looks again.
+const SPIN_ROUNDS: u32 = 8;
+
+/// The evidence a wait for a live holder watches, besides the lock directory itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Evidence {
+    /// The holder's beacon `flock`.
+    Beacon,
+    /// The holder's pid (a pid-judged holder: no beacon).
+    Pid(u32),
+    /// Nothing but the directory (an owner that cannot be judged from here, or a dead one
+    /// waited out for the grace period).
+    Nothing,
+}
+
+/// One acquisition's contest for `NAME`: its deadline, what it has seen, and how it gives up.
+struct Contest<'r, 'a, S: System> {
+    sp: &'r Space<'a, S>,
+    req: &'r Request<'r>,
+    deadline: Option<Duration>,
+    fail_fast: bool,
+    /// Publishes lost so far.
+    rounds: u32,
+    /// Rounds in a row that did not wait.
+    idle: u32,
+    last_owner: Option<Owner>,
+    told: bool,
+    backoff: Backoff,
+    ages: Ages,
+}
+
+impl<'r, 'a, S: System> Contest<'r, 'a, S> {
+    fn new(sp: &'r Space<'a, S>, req: &'r Request<'r>) -> Self {
+        let wait = req.options.wait;
+        Contest {
+            sp,
+            req,
+            deadline: match wait {
+                Wait::Immediately => Some(req.started),
+                Wait::Forever => None,
+                Wait::Timeout(d) => Some(req.started.saturating_add(d)),
+            },
+            fail_fast: wait == Wait::Immediately,
+            rounds: 0,
+            idle: 0,
+            last_owner: None,
+            told: false,
+            backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(100)),
+            ages: Ages::default(),
+        }
+    }
+
+    fn cancel(&self) -> Option<&'r crate::sys::CancelHandle> {
+        self.req.options.cancel.as_ref().map(|c| &*c.0)
+    }
+
+    fn cancelled(&self) -> Error {
+        Error::Cancelled {
+            lock: self.sp.entry(self.req.name),
+            resource: self.req.resource.to_owned(),
+        }
+    }
+
+    fn left(&self) -> Option<Duration> {
+        let now = self.sp.sys.monotonic();
+        self.deadline.map(|d| d.saturating_sub(now))
+    }
+
+    fn expired(&self) -> bool {
+        self.left() == Some(Duration::ZERO)
+    }
+
+    fn timeout(&self) -> Error {
+        Error::Timeout {
+            lock: self.sp.entry(self.req.name),
+            resource: self.req.resource.to_owned(),
+            waited: self.sp.sys.monotonic().saturating_sub(self.req.started),
+            owner: self.last_owner.clone().map(Box::new),
+        }
+    }
+
+    /// The error for a deadline that has passed: `contended` when failing fast, else a
+    /// timeout.
+    fn give_up(&self, contended: impl FnOnce() -> Error) -> Error {
+        if self.fail_fast {
+            contended()
+        } else {
+            self.timeout()
+        }
+    }
+
+    /// Tells the caller's `on_wait` (once) who it waits for.
+    fn tell(&mut self, owner: &Owner, judgement: &Judgement, since: std::time::SystemTime) {
+        if let (false, Some(f)) = (self.told, &self.req.options.on_wait) {
+            self.told = true;
+            f(&crate::options::Waiting {
+                lock: self.sp.entry(self.req.name),
+                owner: owner.clone(),
+                judgement: judgement.clone(),
+                since,
+            });
+        }
+    }
+
+    /// A round that did not wait (the holder vanished, a reclaim found the lock changed): a
+    /// fail-fast acquisition gives up after a bound, and a run of them pauses with backoff.
+    fn idle_round(&mut self) -> Result<(), Error> {
+        self.idle += 1;
+        if self.fail_fast && self.rounds > MAX_FAIL_FAST_ROUNDS {
+            return Err(self.timeout());
+        }
+        if self.idle >= SPIN_ROUNDS {
+            self.pause()?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps one backoff pause (never past the deadline), unless cancelled.
+    fn pause(&mut self) -> Result<(), Error> {
+        let pause = self.backoff.next_pause();
+        let pause = match self.left() {
+            Some(l) if !self.fail_fast => l.min(pause),
+            _ => pause,
+        };
+        let wake = self
+            .sp
+            .sys
+            .sleep(None, Some(pause), self.cancel())
+            .map_err(|e| self.sp.io("wait for the lock", self.req.name, e))?;
+        if wake == Wake::Cancelled {
+            return Err(self.cancelled());
+        }
+        Ok(())
+    }
+
+    /// Waits until the lock may have changed (see [`wait_for_change`]), at most `also`.
+    fn wait(
+        &mut self,
+        dir: &S::Dir,
+        id: FileId,
+        evidence: Evidence,
+        also: Option<Duration>,
+    ) -> Result<Option<S::Watch>, Error> {
+        self.idle = 0;
+        let until = match (also, self.left()) {
+            (Some(a), Some(l)) => Some(a.min(l)),
+            (a, l) => a.or(l),
+        };
+        wait_for_change(self.sp, self.req, dir, id, evidence, until)
+    }
+
+    /// A live (or unknown) holder: give up at the deadline, else wait for it to change.
+    fn wait_for_holder(
+        &mut self,
+        c: &mut Staged<S>,
+        dir: S::Dir,
+        meta: Meta,
+        owner: Owner,
+        judgement: Judgement,
+    ) -> Result<(), Error> {
+        if self.expired() {
+            return Err(self.give_up(|| Error::Locked {
+                lock: self.sp.entry(self.req.name),
+                resource: self.req.resource.to_owned(),
+                owner: Box::new(owner.clone()),
+                judgement: judgement.clone(),
+                since: meta.mtime,
+            }));
+        }
+        self.tell(&owner, &judgement, meta.mtime);
+        // Re-check between wake-ups only the fact the judgement rests on: the beacon of a live
+        // beacon holder, the pid (with a pidfd) of a live pid-judged one. An unknown owner
+        // (another host or namespace) is waited for by its directory alone: its beacon and pid
+        // mean nothing here, and re-probing them would spin.
+        let evidence = match judgement.liveness {
+            Liveness::Live if owner.has_beacon() => Evidence::Beacon,
+            Liveness::Live => Evidence::Pid(owner.pid),
+            _ => Evidence::Nothing,
+        };
+        c.last_watch = self.wait(&dir, meta.id, evidence, None)?;
+        c.last_seen = Some(dir);
+        Ok(())
+    }
+
+    /// A damaged lock that a process holds ([`Seen::InUse`]): fail fast with what is wrong,
+    /// or wait for its beacon to be let go, as for a live holder.
+    fn wait_while_in_use(
+        &mut self,
+        c: &mut Staged<S>,
+        dir: S::Dir,
+        meta: Meta,
+        problem: String,
+    ) -> Result<(), Error> {
+        if self.expired() {
+            return Err(self.give_up(|| Error::Malformed {
+                lock: self.sp.entry(self.req.name),
+                resource: self.req.resource.to_owned(),
+                problem: format!("{problem}, and a process holds a lock on it"),
+            }));
+        }
+        c.last_watch = self.wait(&dir, meta.id, Evidence::Beacon, None)?;
+        c.last_seen = Some(dir);
+        Ok(())
+    }
+
+    /// A dead holder: wait out the grace period (evidence only), then reclaim under the guard.
+    /// `Some(owner)` when this contender reclaimed it.
+    fn reclaim_dead(
+        &mut self,
+        dir: S::Dir,
+        meta: Meta,
+        owner: Owner,
+        judgement: Judgement,
+    ) -> Result<Option<Owner>, Error> {
+        let grace = self.req.options.grace;
+        let (age, clock_ahead) = self.ages.age(self.sp.sys, meta.id, meta.mtime);
+        if judgement.liveness != Liveness::DeadByProof && age < grace {
+            let remaining = grace - age;
+            if self.expired() {
+                return Err(self.give_up(|| Error::Stale {
+                    lock: self.sp.entry(self.req.name),
+                    resource: self.req.resource.to_owned(),
+                    owner: Box::new(owner.clone()),
+                    judgement: judgement.clone(),
+                    remaining,
+                    clock_ahead,
+                }));
+            }
+            self.tell(&owner, &judgement, meta.mtime);
+            self.wait(&dir, meta.id, Evidence::Nothing, Some(remaining))?;
+            return Ok(None);
+        }
+        drop(dir);
+        let name = self.req.name;
+        match reclaim(
+            self.sp,
+            name,
+            Expect::Token(&owner.token),
+            grace,
+            &mut self.ages,
+        )? {
+            Reclaim::Done => Ok(Some(owner)),
+            Reclaim::Changed => self.idle_round().map(|()| None),
+            Reclaim::Busy { remaining } => {
+                if self.expired() {
+                    return Err(self.give_up(|| Error::Guarded {
+                        guard: self.sp.entry(&guard_name(name)),
+                        lock: self.sp.entry(name),
+                        resource: self.req.resource.to_owned(),
+                        remaining,
+                    }));
+                }
+                self.pause().map(|()| None)
+            }
+        }
+    }
+}
+
+/// The contest proper: publish, and on losing, judge the holder and wait for it, reclaim from
+/// it, or give up. `Ok(Some(owner))` when the lock was reclaimed from a dead owner.
+pub(super) fn contend<S: System>(
+    sp: &Space<S>,
+    req: &Request,
+    me: &Identity,
+    c: &mut Staged<S>,
+) -> Result<Option<Owner>, Error> {
+    let mut k = Contest::new(sp, req);
+    let mut reclaimed_from = None;
+    loop {
+        if k.cancel().is_some_and(|c| c.is_fired()) {
+            return Err(k.cancelled());
+        }
+        if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
+            match refresh(sp, c, me, req.options) {
+                Ok(()) => {}
+                Err(e) if not_found(&e) && !sp.removed() => restage(sp, req, me, c)?,
+                Err(e) => return Err(e),
+            }
+        }
+        match publish(sp, c, req.name)? {
+            Publish::Won => return Ok(reclaimed_from),
+            Publish::Vanished => {
+                restage(sp, req, me, c)?;
+                continue;
+            }
+            Publish::Contended => k.rounds += 1,
+        }
+        let (dir, meta, owner) = match sp.observe(req.name)? {
+            Seen::Gone => {
+                k.idle_round()?;
+                continue;
+            }
+            Seen::Malformed(problem) => {
+                return Err(Error::Malformed {
+                    lock: sp.entry(req.name),
+                    resource: req.resource.to_owned(),
+                    problem,
+                })
+            }
+            Seen::InUse { dir, meta, problem } => {
+                k.wait_while_in_use(c, dir, meta, problem)?;
+                continue;
+            }
+            Seen::Owned { dir, meta, owner } => (dir, meta, owner),
+        };
+        let judgement = sp.judge(&dir, &owner, me);
+        k.last_owner = Some(owner.clone());
+        if judgement.liveness.is_dead() {
+            if let Some(dead) = k.reclaim_dead(dir, meta, owner, judgement)? {
+                reclaimed_from = Some(dead);
+            }
+        } else {
+            k.wait_for_holder(c, dir, meta, owner, judgement)?;
+        }
+    }
+}
+
+/// Sleeps until the lock at `NAME` may have changed: released (moved away), its beacon dropped,
+/// its (beacon-less) holder exited, `until` passed, or the wait cancelled. Wake-ups that
+/// changed nothing are filtered here, with no new opens of the lock directory (an open and
+/// close by us would wake every other waiter). Returns the watch it used, for the caller to
+/// drop once its publish is done.
+fn wait_for_change<S: System>(
+    sp: &Space<S>,
+    req: &Request,
+    dir: &S::Dir,
+    id: FileId,
+    evidence: Evidence,
+    until: Option<Duration>,
+) -> Result<Option<S::Watch>, Error> {
+    let cancel = req.options.cancel.as_ref().map(|c| &*c.0);
+    if evidence == Evidence::Beacon && cancel.is_none() && until.is_none() {
+        // An unbounded wait on a beacon holder: sleep in the kernel's own lock handoff. The
+        // holder's release unlocks the beacon explicitly (for every copy a fork made of it),
+        // and its death closes it, so either wakes us.
+        match sp.sys.wait_shared(dir) {
+            Ok(()) => return Ok(None),
+            Err(e) if is(&e, Errno::LockUnsupported) => {}
+            Err(e) => return Err(sp.io("wait for the lock", req.name, e)),
+        }
+    }
+    let pid = match evidence {
+        Evidence::Pid(p) => Some(p),
+        _ => None,
+    };
+    let watch = sp.sys.watch(dir, pid).unwrap_or(None);
+    let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
+    let start = sp.sys.monotonic();
+    let mut spurious = 0u32;
+    loop {
+        // Look once more now that the watch is armed: a change before it would be missed.
+        let changed = match sp.sys.meta_at(sp.dir, req.name) {
+            Ok(m) => m.id != id,
+            Err(_) => true,
+        } || (evidence == Evidence::Beacon
+            && sp.sys.try_lock(dir, false).unwrap_or(false))
+            || pid.is_some_and(|p| sp.sys.process_alive(p) == Some(false));
+        if changed {
+            return Ok(watch);
+        }
+        let elapsed = sp.sys.monotonic().saturating_sub(start);
+        let mut timeout = until.map(|t| t.saturating_sub(elapsed));
+        if timeout == Some(Duration::ZERO) {
+            return Ok(watch); // the caller re-judges and reports the deadline
+        }
+        // Without a watch, back off. After wake-ups that changed nothing (a reader opening
+        // the lock directory, a pidfd of a zombie that stays readable), pause a little before
+        // watching again, so that a storm of them cannot make a waiter spin; what happens
+        // meanwhile is queued and wakes the next sleep at once.
+        if watch.is_none() {
+            let pause = backoff.next_pause();
+            timeout = Some(timeout.map_or(pause, |t| t.min(pause)));
+        } else if spurious >= 3 {
+            let pause = backoff.next_pause();
+            let pause = timeout.map_or(pause, |t| t.min(pause));
+            if sp
+                .sys
+                .sleep(None, Some(pause), cancel)
+                .map_err(|e| sp.io("wait for the lock", req.name, e))?
+                == Wake::Cancelled
+            {
+                return Err(Error::Cancelled {
+                    lock: sp.entry(req.name),
+                    resource: req.resource.to_owned(),
+                });
+            }
+            spurious = 0;
+            continue;
+        }
+        let wake = sp
+            .sys
+            .sleep(watch.as_ref(), timeout, cancel)
+            .map_err(|e| sp.io("wait for the lock", req.name, e))?;
+        match wake {
+            Wake::Cancelled => {
+                return Err(Error::Cancelled {
+                    lock: sp.entry(req.name),
+                    resource: req.resource.to_owned(),
+                })
+            }
+            Wake::TimedOut if watch.is_some() => return Ok(watch),
+            Wake::TimedOut => {}
+            Wake::Changed => spurious += 1,
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The protocol's two operations on a lock of one's own: **acquire** (stage a candidate,
+//! contend for `NAME`, publish) and **release** (check `NAME` is still ours, retire it to a
+//! tombstone, reap). With [`crate::reclaim`] and [`crate::sweep`], the only code that changes
+//! lock state, and only through the [`System`] seam, relative to the lock directory's handle.
+
+mod contend;
+mod stage;
+
+pub(crate) use stage::{Held, Request};
+
+use crate::error::Error;
+use crate::paths::{tombstone_for, OWNER_FILE};
+use crate::space::{not_found, remove_tree, Space};
+use crate::sys::{Identity, System};
+use contend::contend;
+use stage::{stage, unstage, MAX_RESTAGES};
+use std::io;
+
+/// Acquire: stage, then publish until we win, judging (and waiting for or reclaiming from)
+/// whoever holds `NAME`. Every way out but success removes our candidate.
+pub(crate) fn acquire<S: System>(
+    sp: &Space<S>,
+    req: &Request,
+    me: &Identity,
+) -> Result<Held<S>, Error> {
+    let mut c = stage(sp, req, me)?;
+    match contend(sp, req, me, &mut c) {
+        Ok(reclaimed_from) => {
+            drop(c.last_watch);
+            Ok(Held {
+                name: req.name.to_owned(),
+                owner: c.owner,
+                beacon: c.dir,
+                id: c.id,
+                reclaimed_from,
+                last_seen: c.last_seen,
+            })
+        }
+        Err(e) => {
+            unstage(sp, c);
+            Err(e)
+        }
+    }
+}
+
+/// Runs `attempt` in the lock directory `open` gives (`dir` finds the handle in it), and once
+/// more in a fresh one each time the directory was removed under it (a temp cleaner, `rm -rf`):
+/// a lock in a removed directory would exclude no one, and a waiter should go on in the new
+/// one, not fail.
+pub(crate) fn in_current_dir<S: System, D, T>(
+    sys: &S,
+    mut open: impl FnMut() -> Result<D, Error>,
+    dir: impl Fn(&D) -> &S::Dir,
+    mut attempt: impl FnMut(&D) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut left = MAX_RESTAGES;
+    loop {
+        let d = open()?;
+        match attempt(&d) {
+            Err(e) if left > 0 && not_found(&e) && sys.unlinked(dir(&d)) => {
+                left -= 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Release: if this is the acquiring process, check that `NAME` is still our directory, retire
+/// it to a tombstone, check the tombstone, drop the beacon (waking waiters), reap.
+pub(crate) fn release<S: System>(
+    sp: &Space<S>,
+    held: Held<S>,
+    resource: &str,
+    acquirer: u32,
+) -> Result<(), Error> {
+    if sp.sys.pid() != acquirer {
+        return Ok(()); // a forked child: the lock is the parent's
+    }
+    let token = held.owner.token.clone();
+    let result = retire_held(sp, held, resource);
+    // Whatever happened, the token is no longer ours to hold: a record still carrying it (a
+    // retire that failed) names a dead owner from now on.
+    sp.sys.own_token(&token, false);
+    result
+}
+
+/// Release proper: check, retire, check the tombstone, wake waiters, reap.
+fn retire_held<S: System>(sp: &Space<S>, held: Held<S>, resource: &str) -> Result<(), Error> {
+    let name = held.name.as_str();
+    let lost = |problem: &str| Error::Lost {
+        lock: sp.entry(name),
+        resource: resource.to_owned(),
+        problem: problem.to_owned(),
+    };
+    match sp.sys.meta_at(sp.dir, name) {
+        Ok(m) if m.id == held.id => {}
+        Ok(_) => {
+            return Err(lost(
+                "another owner's lock is in its place (it was reclaimed and taken)",
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(lost("it is gone (someone removed or reclaimed it)"))
+        }
+        Err(e) => return Err(sp.io("check the lock before release", name, e)),
+    }
+    // Named by our token: unique (a token is published once), and no random draw needed.
+    let tomb = tombstone_for(name, &held.owner.token, || sp.sys.token());
+    match sp.sys.rename_noreplace(sp.dir, name, &tomb) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(lost("it vanished while being released"))
+        }
+        Err(e) => return Err(sp.io("retire the lock", name, e)),
+    }
+    // `NAME` is free: wake the waiters blocked in the beacon's flock now, before the checks
+    // and the reaping. Explicitly, not just by closing: a forked child's copy of the beacon
+    // shares its lock, and would otherwise keep them blocked until the child exits.
+    let _ = sp.sys.unlock(&held.beacon);
+    match sp.sys.meta_at(sp.dir, &tomb) {
+        Ok(m) if m.id == held.id => {}
+        // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
+        // first): if our own directory is unlinked, what we retired was ours.
+        Err(e) if e.kind() == io::ErrorKind::NotFound && sp.sys.unlinked(&held.beacon) => {}
+        _ => {
+            // Not ours after all: put it back where it was, never over anything.
+            let _ = sp.sys.rename_noreplace(sp.dir, &tomb, name);
+            return Err(lost(
+                "another owner's lock was in its place at the moment of release",
+            ));
+        }
+    }
+    // Reap: empty the tombstone through our handle, drop the beacon, remove the directory;
+    // then close the previous holder's directory we kept (see `Held::last_seen`).
+    let _ = sp.sys.remove_file_at(&held.beacon, OWNER_FILE);
+    drop(held.beacon);
+    remove_tree(sp.sys, sp.dir, &tomb);
+    drop(held.last_seen);
+    Ok(())
+}

@@ -1,0 +1,266 @@
+//! [`LockRequest`], the builder of one acquisition (or status, or unlock) of one lock.
+
+use crate::error::Error;
+use crate::guard::LockGuard;
+use crate::held::{check_order, held_by_parent, Family};
+use crate::inspect::{self, Status};
+use crate::lockdir::LockDir;
+use crate::options::{Cancel, Options, Wait, Waiting};
+use crate::paths;
+use crate::protocol::{self, Request};
+use crate::reclaim::{self, Unlocked};
+use crate::space::Seen;
+use crate::sys::{Real, System};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a request is for.
+#[derive(Clone, Debug)]
+pub(crate) enum Target {
+    Repository(PathBuf),
+    GlobalSetup(PathBuf),
+    Named(String),
+}
+
+/// One acquisition being set up: choose how to wait and what to record, then
+/// [`acquire`](LockRequest::acquire).
+///
+/// ```
+/// use dirlock::{Locks, Wait};
+/// use std::time::Duration;
+/// # let tmp = tempfile::tempdir()?;
+/// # let locks = Locks::in_dir(tmp.path().join("locks"))?;
+/// # let root = tmp.path();
+/// let guard = locks
+///     .repository_lock(root)
+///     .wait(Wait::Timeout(Duration::from_secs(5)))
+///     .purpose("sync")
+///     .acquire()?;
+/// assert_eq!(guard.owner().purpose.as_deref(), Some("sync"));
+/// guard.release()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+#[must_use = "a request does nothing until acquire() or run()"]
+pub struct LockRequest {
+    dir: Arc<LockDir>,
+    target: Target,
+    options: Options,
+}
+
+impl LockRequest {
+    pub(crate) fn new(dir: Arc<LockDir>, target: Target, wait: Wait) -> LockRequest {
+        LockRequest {
+            dir,
+            target,
+            options: Options::new(wait),
+        }
+    }
+
+    /// How to wait while another process holds the lock.
+    pub fn wait(mut self, wait: impl Into<Wait>) -> Self {
+        self.options.wait = wait.into();
+        self
+    }
+
+    /// A purpose recorded in the owner record and shown to contenders (e.g. `"sync"`).
+    pub fn purpose(mut self, purpose: impl Into<String>) -> Self {
+        self.options.purpose = Some(purpose.into());
+        self
+    }
+
+    /// How long a lock whose owner is dead *by evidence* must sit untouched before it is
+    /// reclaimed (default [`crate::DEFAULT_GRACE`], 60 s). Owners proven dead by the kernel
+    /// are reclaimed at once whatever this says.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.options.grace = grace;
+        self
+    }
+
+    /// Whether to fsync the owner record and candidate directory before publishing (default
+    /// `true`: a power loss never leaves a lock without a complete record).
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.options.durable = durable;
+        self
+    }
+
+    /// Calls `f` once if the acquisition has to wait, with who holds the lock (for a message
+    /// such as "waiting for pid 42 (sync) since ...").
+    pub fn on_wait(mut self, f: impl Fn(&Waiting) + Send + Sync + 'static) -> Self {
+        self.options.on_wait = Some(Arc::new(f));
+        self
+    }
+
+    /// A handle that cancels the wait from another thread.
+    pub fn cancel(mut self, cancel: &Cancel) -> Self {
+        self.options.cancel = Some(cancel.clone());
+        self
+    }
+
+    /// The lock's name and a description of what it protects.
+    fn resolve(&self) -> Result<(String, String, Family), Error> {
+        let canonical = |p: &Path, what: &'static str| {
+            let real = std::fs::canonicalize(p).map_err(|e| Error::io(what, p, e))?;
+            if !real.is_dir() {
+                return Err(Error::InvalidInput {
+                    what: format!("{} {}", &what["resolve the ".len()..], crate::text::path(p)),
+                    problem: "it is not a directory".into(),
+                });
+            }
+            Ok(real)
+        };
+        Ok(match &self.target {
+            Target::Repository(root) => {
+                let root = canonical(root, "resolve the repository root")?;
+                (
+                    paths::repository_lock_name(&root),
+                    format!("repository {}", root.display()),
+                    Family::Repository,
+                )
+            }
+            Target::GlobalSetup(home) => {
+                let home = canonical(home, "resolve the account home")?;
+                (
+                    paths::global_setup_lock_name(&home),
+                    format!("global setup of {}", home.display()),
+                    Family::GlobalSetup,
+                )
+            }
+            Target::Named(name) => {
+                paths::check_lock_name(name).map_err(|p| Error::InvalidInput {
+                    what: format!("lock name {name:?}"),
+                    problem: p.into(),
+                })?;
+                (name.clone(), format!("named lock {name}"), Family::Named)
+            }
+        })
+    }
+
+    /// The path of the lock this request is for.
+    ///
+    /// # Errors
+    ///
+    /// When the repository root or home cannot be resolved, or the lock name is invalid.
+    pub fn path(&self) -> Result<PathBuf, Error> {
+        Ok(self.dir.path.join(self.resolve()?.0))
+    }
+
+    /// Takes the lock.
+    ///
+    /// # Errors
+    ///
+    /// Contention: [`Error::Locked`] (a live or unknown holder), [`Error::Stale`] (a dead
+    /// holder inside the grace period), [`Error::Guarded`] (someone else is reclaiming),
+    /// [`Error::Timeout`] (the wait ran out). Misuse: [`Error::AlreadyHeld`] (this thread holds
+    /// it), [`Error::LockOrder`] (global setup after repository). Also [`Error::Malformed`],
+    /// [`Error::Cancelled`], [`Error::Unsafe`], [`Error::InvalidInput`] and [`Error::Io`].
+    pub fn acquire(self) -> Result<LockGuard, Error> {
+        let (name, resource, family) = self.resolve()?;
+        let lock_path = self.dir.path.join(&name);
+        let started = Real.monotonic();
+        let me = Real.identity();
+        let mut used = None;
+        let held = protocol::in_current_dir(
+            &Real,
+            || self.dir.current(),
+            |(dir, _)| dir,
+            |(dir, dir_id)| {
+                used = Some((dir.clone(), *dir_id));
+                check_order(*dir_id, &name, family, &lock_path, &resource)?;
+                let sp = self.dir.space(dir);
+                if let Some(pid) = held_by_parent(*dir_id, &name) {
+                    // Our parent said it runs us under this lock: if it still holds it,
+                    // waiting would wait for ourselves.
+                    if let Seen::Owned { owner, .. } = sp.observe(&name)? {
+                        if owner.pid == pid {
+                            return Err(Error::HeldByParent {
+                                lock: lock_path.clone(),
+                                resource: resource.clone(),
+                                pid,
+                            });
+                        }
+                    }
+                }
+                let req = Request {
+                    name: &name,
+                    resource: &resource,
+                    options: &self.options,
+                    started,
+                };
+                protocol::acquire(&sp, &req, &me)
+            },
+        )?;
+        let (dir, dir_id) = used.expect("an acquisition ran in some directory");
+        Ok(LockGuard::new(
+            held, self.dir, dir, dir_id, resource, family,
+        ))
+    }
+
+    /// The lock's state, owner, guard and leftovers, without changing anything.
+    ///
+    /// # Errors
+    ///
+    /// When the lock directory cannot be read, or the request cannot be resolved.
+    pub fn status(&self) -> Result<Status, Error> {
+        let (name, _, _) = self.resolve()?;
+        let (dir, _) = self.dir.current()?;
+        let entries = Real
+            .list(&dir)
+            .map_err(|e| Error::io("list the lock directory", &self.dir.path, e))?;
+        let related = inspect::group(&entries).remove(&name).unwrap_or_default();
+        inspect::status(
+            &self.dir.space(&dir),
+            &name,
+            &Real.identity(),
+            self.options.grace,
+            &related,
+        )
+    }
+
+    /// Removes the lock if its owner is dead, by kernel proof or by evidence at any age (an
+    /// operator asked, so the grace period does not apply), through the reclaim guard. With
+    /// `force`, also removes a malformed lock, but only while no process holds a lock on it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Locked`] for a live or unknown owner (it is never removed);
+    /// [`Error::Malformed`] without `force`, or when its beacon is held; [`Error::Guarded`]
+    /// when another process is reclaiming; [`Error::Io`].
+    pub fn unlock(&self, force: bool) -> Result<Unlocked, Error> {
+        let (name, resource, _) = self.resolve()?;
+        let (dir, _) = self.dir.current()?;
+        reclaim::unlock(
+            &self.dir.space(&dir),
+            &name,
+            &resource,
+            &Real.identity(),
+            self.options.grace,
+            force,
+        )
+    }
+
+    /// Takes the lock, runs `f`, and releases the lock (also when `f` panics).
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub fn run<T, E, F>(self, f: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Result<T, E>,
+        E: From<Error>,
+    {
+        let guard = self.acquire()?;
+        match f() {
+            Ok(value) => {
+                guard.release()?;
+                Ok(value)
+            }
+            Err(e) => {
+                // The closure's error is the one the caller needs; the guard still releases.
+                drop(guard);
+                Err(e)
+            }
+        }
+    }
+}

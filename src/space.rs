@@ -1,0 +1,403 @@
+//! The lock directory's primitives, below every operation: what is at a name ([`Space::observe`]),
+//! the owner record ([`Space::read_owner`]) and its judgement ([`Space::judge`]), a private
+//! candidate directory made whole ([`make_candidate`]), the judgement of a candidate's creator
+//! ([`creator`]) and the removal of a retired tree ([`remove_tree`]). Everything goes through the
+//! [`System`] seam, relative to the lock directory's handle.
+
+use crate::error::Error;
+use crate::liveness::{judge, Judgement, Probe};
+use crate::options::Backoff;
+use crate::owner::Owner;
+use crate::paths::{OWNER_FILE, OWNER_LIMIT};
+use crate::sys::{is, Errno, Identity, Kind, Meta, System};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How many times a `flock` that an observer holds for an instant (status and sweep peek with
+/// a shared one) is retried, with backoff, before it counts as held by someone.
+pub(crate) const PEEK_RETRIES: u32 = 20;
+
+/// A lock directory `D`: its handle, its path (for messages) and the user it belongs to.
+pub(crate) struct Space<'a, S: System> {
+    pub sys: &'a S,
+    pub dir: &'a S::Dir,
+    pub path: &'a Path,
+    pub uid: u32,
+}
+
+/// What is at `NAME` right now (short-lived: its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Seen<S: System> {
+    /// Nothing (or it vanished while we looked).
+    Gone,
+    /// Something that is not a well-formed lock of ours.
+    Malformed(String),
+    /// A lock directory whose record cannot be trusted (missing, malformed) but whose beacon a
+    /// process holds: in use, though damaged (a temp cleaner caught halfway, a record written
+    /// over). Never reclaimed; a waiting acquisition waits for it to change.
+    InUse {
+        dir: S::Dir,
+        meta: Meta,
+        problem: String,
+    },
+    /// A lock with a readable record.
+    Owned {
+        dir: S::Dir,
+        meta: Meta,
+        owner: Owner,
+    },
+}
+
+/// Why an owner record could not be used.
+pub(crate) enum Unreadable {
+    /// It was read (or looked at) and is not a valid, private record: never trusted, never
+    /// removed automatically.
+    Malformed(String),
+    /// It could not be read (out of descriptors, EIO...): an I/O error, never a judgement.
+    Io(io::Error),
+}
+
+impl<S: System> Space<'_, S> {
+    pub fn entry(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    pub fn io(&self, op: &'static str, name: &str, e: io::Error) -> Error {
+        Error::io(op, self.entry(name), e)
+    }
+
+    /// Checks that an entry is ours and private; `what` names it in the problem.
+    pub fn private_problem(&self, meta: &Meta, what: &str) -> Option<String> {
+        if meta.uid != self.uid {
+            return Some(format!(
+                "{what} is owned by uid {}, not {}",
+                meta.uid, self.uid
+            ));
+        }
+        if meta.mode & 0o077 != 0 {
+            return Some(format!(
+                "{what} has mode {:o}, open to group or others",
+                meta.mode & 0o777
+            ));
+        }
+        None
+    }
+
+    /// Whether the lock directory itself was removed (a temp cleaner, `rm -rf`): nothing can
+    /// be staged in it any more, and the caller opens (re-creates) it again.
+    pub fn removed(&self) -> bool {
+        self.sys.unlinked(self.dir)
+    }
+
+    /// Reads and checks `NAME` through one directory handle, so that the record, the mtime and
+    /// the beacon all belong to the same directory. A lock that vanishes while it is looked at
+    /// is `Gone` (ordinary contention), on every path.
+    pub fn observe(&self, name: &str) -> Result<Seen<S>, Error> {
+        let dir = match self.sys.open_dir_at(self.dir, name) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Seen::Gone),
+            Err(e) if is_not_dir(&e) => {
+                return match self.sys.meta_at(self.dir, name) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
+                    Ok(m) if m.kind == Kind::Dir => Ok(Seen::Gone), // replaced meanwhile
+                    Ok(m) => Ok(Seen::Malformed(format!(
+                        "the lock path is a {}, not a directory",
+                        kind_name(m.kind)
+                    ))),
+                    Err(e) => Err(self.io("inspect the lock", name, e)),
+                };
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                // Not ours to open: someone else's lock (or a hostile one) in our directory.
+                return match self.sys.meta_at(self.dir, name) {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
+                    Ok(m) => Ok(Seen::Malformed(
+                        self.private_problem(&m, "the lock directory")
+                            .unwrap_or_else(|| "the lock directory cannot be opened".into()),
+                    )),
+                    Err(_) => Err(self.io("open the lock", name, e)),
+                };
+            }
+            Err(e) => return Err(self.io("open the lock", name, e)),
+        };
+        let meta = match self.sys.meta(&dir) {
+            Ok(m) => m,
+            // Some FUSE filesystems answer fstat of a moved directory with ENOENT.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Seen::Gone),
+            Err(e) => return Err(self.io("inspect the lock", name, e)),
+        };
+        let problem = match self.private_problem(&meta, "the lock directory") {
+            Some(p) => Unreadable::Malformed(p),
+            None => match self.read_owner(&dir) {
+                Ok(owner) => return Ok(Seen::Owned { dir, meta, owner }),
+                Err(u) => u,
+            },
+        };
+        // A record we cannot read counts against the lock only if NAME still names the
+        // directory we looked into; otherwise the holder released (or someone reclaimed)
+        // meanwhile.
+        match self.sys.meta_at(self.dir, name) {
+            Ok(now) if now.id == meta.id => match problem {
+                Unreadable::Malformed(problem)
+                    if self.sys.try_lock(&dir, false).ok() == Some(false) =>
+                {
+                    Ok(Seen::InUse { dir, meta, problem })
+                }
+                Unreadable::Malformed(p) => Ok(Seen::Malformed(p)),
+                Unreadable::Io(e) => Err(self.io("read the owner record of", name, e)),
+            },
+            Ok(_) => Ok(Seen::Gone),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
+            Err(e) => Err(self.io("inspect the lock", name, e)),
+        }
+    }
+
+    /// Reads `owner.json` in an open lock (or candidate) directory.
+    pub fn read_owner(&self, dir: &S::Dir) -> Result<Owner, Unreadable> {
+        let malformed = |p: String| Err(Unreadable::Malformed(p));
+        let (meta, bytes) = match self.sys.read_file_at(dir, OWNER_FILE, OWNER_LIMIT) {
+            Ok(read) => read,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return malformed(format!("it has no {OWNER_FILE}"))
+            }
+            Err(e) if is(&e, Errno::Loop) => {
+                return malformed(format!("its {OWNER_FILE} is a symbolic link"))
+            }
+            Err(e) => {
+                // Say what it is when that explains the failure (a socket cannot be opened);
+                // a private regular file that cannot be read is an I/O error (EMFILE, EIO).
+                return match self.sys.meta_at(dir, OWNER_FILE) {
+                    Ok(m) if m.kind != Kind::File => {
+                        malformed(format!("its {OWNER_FILE} is a {}", kind_name(m.kind)))
+                    }
+                    Ok(m) => match self.private_problem(&m, OWNER_FILE) {
+                        Some(p) => malformed(p),
+                        None => Err(Unreadable::Io(e)),
+                    },
+                    Err(_) => Err(Unreadable::Io(e)),
+                };
+            }
+        };
+        if meta.kind != Kind::File {
+            return malformed(format!("its {OWNER_FILE} is a {}", kind_name(meta.kind)));
+        }
+        if let Some(p) = self.private_problem(&meta, OWNER_FILE) {
+            return malformed(p);
+        }
+        if bytes.len() > OWNER_LIMIT {
+            return malformed(format!(
+                "its {OWNER_FILE} is larger than {OWNER_LIMIT} bytes"
+            ));
+        }
+        Owner::parse(&bytes).map_err(Unreadable::Malformed)
+    }
+
+    /// Judges the owner of an observed lock.
+    pub fn judge(&self, dir: &S::Dir, owner: &Owner, me: &Identity) -> Judgement {
+        let mut probe = LiveProbe { sys: self.sys, dir };
+        judge(owner, me, &mut probe)
+    }
+}
+
+/// The real facts behind a judgement.
+struct LiveProbe<'a, S: System> {
+    sys: &'a S,
+    dir: &'a S::Dir,
+}
+
+impl<S: System> Probe for LiveProbe<'_, S> {
+    fn beacon_free(&mut self) -> Option<bool> {
+        self.sys.try_lock(self.dir, false).ok()
+    }
+    fn process_alive(&mut self, pid: u32) -> Option<bool> {
+        self.sys.process_alive(pid)
+    }
+    fn start_time(&mut self, pid: u32) -> Option<u64> {
+        self.sys.start_time(pid)
+    }
+    fn wrote(&mut self, token: &str) -> bool {
+        self.sys.wrote(token)
+    }
+}
+
+pub(crate) fn is_not_dir(e: &io::Error) -> bool {
+    // A file at the path, or a symlink refused by O_NOFOLLOW.
+    is(e, Errno::NotDir) || is(e, Errno::Loop)
+}
+
+pub(crate) fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Dir => "directory",
+        Kind::File => "regular file",
+        Kind::Symlink => "symbolic link",
+        Kind::Other => "FIFO, socket or device",
+    }
+}
+
+/// Whether `e` is a "no such file" from an operation on a lock directory entry.
+pub(crate) fn not_found(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+}
+
+/// A candidate directory just made by [`make_candidate`].
+pub(crate) struct Fresh<D> {
+    pub(crate) dir: D,
+    pub(crate) meta: Meta,
+    /// The umask stripped owner bits (so files made inside need their mode fixed too).
+    pub(crate) umask_stripped: bool,
+    /// Its exclusive `flock` is held (false where the filesystem has no `flock`).
+    pub(crate) flocked: bool,
+}
+
+/// Makes candidate directory `name` (a lock's, or a reclaim guard's being staged), opens it,
+/// gives it mode exactly 0700 and takes its exclusive `flock`. On failure it is removed.
+pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fresh<S::Dir>, Error> {
+    sp.sys
+        .mkdir_at(sp.dir, name)
+        .map_err(|e| sp.io("create the candidate directory", name, e))?;
+    let result = (|| {
+        let dir = sp
+            .sys
+            .open_made_dir_at(sp.dir, name)
+            .map_err(|e| sp.io("open the candidate directory", name, e))?;
+        let meta = sp
+            .sys
+            .meta(&dir)
+            .map_err(|e| sp.io("inspect the candidate directory", name, e))?;
+        // mkdir gave 0700 & ~umask. Only a umask that strips owner bits needs fixing, and then
+        // the record's 0600 does too (0700 & ~u == 0700 implies 0600 & ~u == 0600).
+        let umask_stripped = meta.mode & 0o777 != 0o700;
+        if umask_stripped {
+            sp.sys
+                .set_mode(&dir, 0o700)
+                .map_err(|e| sp.io("set the mode of the candidate directory", name, e))?;
+        }
+        let flocked = lock_fresh(sp, &dir, name)?;
+        Ok(Fresh {
+            dir,
+            meta,
+            umask_stripped,
+            flocked,
+        })
+    })();
+    if result.is_err() {
+        remove_tree(sp.sys, sp.dir, name);
+    }
+    result
+}
+
+/// Takes the exclusive `flock` of a directory we just made. Nobody contends for it, but an
+/// observer (status, sweep) may be peeking at it with a shared one for an instant: retried.
+/// `Ok(false)` where the filesystem has no `flock` (the lock then works, judged by pid).
+pub(crate) fn lock_fresh<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    name: &str,
+) -> Result<bool, Error> {
+    let mut pause = Backoff::new(Duration::from_micros(100), Duration::from_millis(10));
+    for _ in 0..PEEK_RETRIES {
+        match sp.sys.try_lock(dir, true) {
+            Ok(true) => return Ok(true),
+            Ok(false) => {
+                let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
+            }
+            Err(e) if is(&e, Errno::LockUnsupported) => return Ok(false),
+            Err(e) => return Err(sp.io("lock the candidate directory", name, e)),
+        }
+    }
+    Err(sp.io(
+        "lock the fresh candidate directory",
+        name,
+        io::Error::new(
+            io::ErrorKind::WouldBlock,
+            "another process keeps a lock on it",
+        ),
+    ))
+}
+
+/// Removes `name` in `at` and everything below it, never following a symlink; best effort
+/// (what remains is a tombstone or candidate that a sweep removes later).
+pub(crate) fn remove_tree<S: System>(sys: &S, at: &S::Dir, name: &str) -> bool {
+    fn go<S: System>(sys: &S, at: &S::Dir, name: &str, depth: u32) -> io::Result<()> {
+        match sys.remove_dir_at(at, name) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if is(&e, Errno::NotDir) => return sys.remove_file_at(at, name),
+            Err(e) if (is(&e, Errno::NotEmpty) || is(&e, Errno::Exists)) && depth < 16 => {}
+            Err(e) => return Err(e),
+        }
+        // Try the common case first: a lock or candidate holds just its record.
+        let _ = sys.remove_file_at(&sys.open_dir_at(at, name)?, OWNER_FILE);
+        if sys.remove_dir_at(at, name).is_ok() {
+            return Ok(());
+        }
+        let sub = sys.open_dir_at(at, name)?;
+        for entry in sys.list(&sub)? {
+            let meta = match sys.meta_at(&sub, &entry) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // another reaper
+                Err(e) => return Err(e),
+            };
+            let removed = match meta.kind {
+                Kind::Dir => go(sys, &sub, &entry, depth + 1),
+                _ => sys.remove_file_at(&sub, &entry),
+            };
+            match removed {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        drop(sub);
+        sys.remove_dir_at(at, name)
+    }
+    match go(sys, at, name, 0) {
+        Ok(()) => true,
+        // Someone else reaped it first: tombstones are anyone's to delete.
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
+/// What became of a candidate's creator.
+pub(crate) enum Creator {
+    /// It still works on it (the reason says how we know).
+    Alive(String),
+    /// It is gone.
+    Gone,
+    /// It cannot be told (why).
+    Untold(String),
+}
+
+/// Judges the creator of the open candidate `dir` whose record (if it has one yet) is
+/// `record`. A record that does not claim a beacon (the reference implementation's, which
+/// never takes one, or ours on a filesystem without `flock`) is judged by its pid like any
+/// owner; otherwise the candidate's beacon decides: held, its creator is alive; free, gone
+/// (a candidate is briefly beacon-less while it is made: the caller minds its age).
+pub(crate) fn creator<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    record: Option<&Owner>,
+    me: &Identity,
+) -> Creator {
+    let by_record = |owner: &Owner| {
+        let judgement = sp.judge(dir, owner, me);
+        if judgement.liveness.is_dead() {
+            Creator::Gone
+        } else {
+            Creator::Alive(format!("its creator is {judgement}"))
+        }
+    };
+    match record {
+        Some(owner) if !owner.has_beacon() => return by_record(owner),
+        _ => {}
+    }
+    match sp.sys.try_lock(dir, false) {
+        Ok(true) => Creator::Gone,
+        Ok(false) => {
+            Creator::Alive("its creator is alive (it holds the candidate's beacon)".into())
+        }
+        // No flock here after all: judge by the record, if there is one yet.
+        Err(e) if is(&e, Errno::LockUnsupported) => record.map_or(Creator::Gone, by_record),
+        Err(_) => Creator::Untold("its creator cannot be probed".into()),
+    }
+}

@@ -1,0 +1,113 @@
+//! Sweep: reap every tombstone, and retire-then-reap every candidate whose creator is dead.
+//! Locks and guards are never touched.
+
+use crate::error::Error;
+use crate::paths::{classify, tombstone_for, Entry};
+use crate::space::{creator, remove_tree, Creator, Space};
+use crate::sys::{Identity, System};
+use std::io;
+use std::time::Duration;
+
+/// What a [sweep](crate::Locks::sweep) removed and what it left, with why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Sweep {
+    /// Names removed from the lock directory.
+    pub removed: Vec<String>,
+    /// Names left in place, each with the reason.
+    pub kept: Vec<(String, String)>,
+}
+
+/// A candidate without a record may be one being made right now (between its `mkdir` and its
+/// beacon `flock`, microseconds): a sweep leaves it alone for at least this long, whatever its
+/// grace period, so that even `sweep --grace 0` never removes a candidate under its creator.
+pub(crate) const STAGING_FLOOR: Duration = Duration::from_secs(10);
+
+/// Sweep: reap every tombstone, and retire-then-reap every candidate whose creator is dead.
+/// Locks and guards are never touched.
+pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, Error> {
+    let me = &sp.sys.identity();
+    let entries = sp
+        .sys
+        .list(sp.dir)
+        .map_err(|e| Error::io("list the lock directory", sp.path, e))?;
+    let mut report = Sweep::default();
+    for entry in entries {
+        let outcome = match classify(&entry) {
+            Entry::Tombstone { .. } => {
+                if remove_tree(sp.sys, sp.dir, &entry) {
+                    Swept::Removed
+                } else {
+                    Swept::Kept("it could not be removed".into())
+                }
+            }
+            Entry::Candidate { lock, token } => {
+                sweep_candidate(sp, &entry, &lock, &token, grace, me)
+            }
+            _ => Swept::Untouched,
+        };
+        match outcome {
+            Swept::Removed => report.removed.push(entry),
+            Swept::Kept(why) => report.kept.push((entry, why)),
+            Swept::Untouched => {}
+        }
+    }
+    Ok(report)
+}
+
+/// What a sweep did with one entry.
+enum Swept {
+    Removed,
+    Kept(String),
+    Untouched,
+}
+
+/// A candidate is removed only when its creator is dead: its beacon is free and it holds a
+/// complete record (written only under the beacon) and is older than `grace`; or, without a
+/// record, it is older than both `grace` and [`STAGING_FLOOR`]. Where there is no `flock`, its
+/// record judges its creator like any owner. It is retired to a tombstone first, so that its
+/// creator's publish and the sweep cannot both win.
+fn sweep_candidate<S: System>(
+    sp: &Space<S>,
+    entry: &str,
+    lock: &str,
+    token: &str,
+    grace: Duration,
+    me: &Identity,
+) -> Swept {
+    let Ok(meta) = sp.sys.meta_at(sp.dir, entry) else {
+        return Swept::Untouched; // published or removed meanwhile
+    };
+    let age = sp
+        .sys
+        .now()
+        .duration_since(meta.mtime)
+        .unwrap_or(Duration::ZERO);
+    if age < grace {
+        return Swept::Kept("it is younger than the grace period (it may be being staged)".into());
+    }
+    let Ok(dir) = sp.sys.open_dir_at(sp.dir, entry) else {
+        return Swept::Kept("it cannot be opened".into());
+    };
+    let record = sp.read_owner(&dir).ok();
+    match creator(sp, &dir, record.as_ref(), me) {
+        Creator::Gone => {}
+        Creator::Alive(why) | Creator::Untold(why) => return Swept::Kept(why),
+    }
+    if record.is_none() && age < STAGING_FLOOR {
+        return Swept::Kept("it has no record yet (it may be being staged)".into());
+    }
+    let tomb = tombstone_for(lock, token, || sp.sys.token());
+    match sp.sys.rename_noreplace(sp.dir, entry, &tomb) {
+        Ok(_) => {
+            drop(dir);
+            if remove_tree(sp.sys, sp.dir, &tomb) {
+                Swept::Removed
+            } else {
+                Swept::Kept(format!("it was retired to {tomb} but could not be removed"))
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Swept::Untouched,
+        Err(e) => Swept::Kept(format!("it could not be retired: {e}")),
+    }
+}

@@ -2,10 +2,11 @@
 
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
+use crate::options::since;
 use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, GUARD_MARKER};
 use crate::space::{creator, Creator, Seen, Space};
-use crate::sys::{Identity, System};
+use crate::sys::{Identity, Meta, System};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
@@ -117,10 +118,6 @@ pub struct Leftover {
     pub creator_alive: Option<bool>,
 }
 
-fn age<S: System>(sys: &S, t: SystemTime) -> Duration {
-    sys.now().duration_since(t).unwrap_or(Duration::ZERO)
-}
-
 /// The entries of a lock directory that belong to one lock, besides the lock itself.
 #[derive(Debug, Default)]
 pub(crate) struct Related {
@@ -184,33 +181,59 @@ pub(crate) fn status<S: System>(
             st.state = State::Malformed { problem };
         }
         Seen::Owned { dir, meta, owner } => {
-            let Judgement {
-                liveness,
-                mut reason,
-            } = sp.judge(&dir, &owner, me);
-            st.state = match liveness {
-                Liveness::Live => State::Held,
-                Liveness::Unknown => State::Unknown,
-                Liveness::DeadByProof => State::DeadByProof,
-                Liveness::DeadByEvidence => {
-                    if sp.sys.now() < meta.mtime {
-                        reason.push_str(
-                            "; its modification time is in the future (a clock was set back): \
-                             its grace period counts from when a waiting acquisition first sees \
-                             it unchanged",
-                        );
-                    }
-                    State::DeadByEvidence {
-                        remaining: grace.saturating_sub(age(sp.sys, meta.mtime)),
-                    }
-                }
-            };
+            let (state, reason) = judged(sp, &dir, &meta, &owner, me, grace);
+            st.state = state;
             st.reason = Some(reason);
             st.since = Some(meta.mtime);
             st.owner = Some(owner);
         }
     }
     st.guard = guard_state(sp, name)?;
+    (st.candidates, st.tombstones) = leftovers(sp, me, related);
+    Ok(st)
+}
+
+/// The state of a lock with a readable record, and why.
+fn judged<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    meta: &Meta,
+    owner: &Owner,
+    me: &Identity,
+    grace: Duration,
+) -> (State, String) {
+    let Judgement {
+        liveness,
+        mut reason,
+    } = sp.judge(dir, owner, me);
+    let state = match liveness {
+        Liveness::Live => State::Held,
+        Liveness::Unknown => State::Unknown,
+        Liveness::DeadByProof => State::DeadByProof,
+        Liveness::DeadByEvidence => {
+            if sp.sys.now() < meta.mtime {
+                reason.push_str(
+                    "; its modification time is in the future (a clock was set back): \
+                     its grace period counts from when a waiting acquisition first sees \
+                     it unchanged",
+                );
+            }
+            State::DeadByEvidence {
+                remaining: grace.saturating_sub(since(sp.sys, meta.mtime).unwrap_or_default()),
+            }
+        }
+    };
+    (state, reason)
+}
+
+/// The candidates and tombstones of one lock, with their ages (and, for a candidate, whether
+/// its creator still works on it). Entries gone meanwhile are left out.
+fn leftovers<S: System>(
+    sp: &Space<S>,
+    me: &Identity,
+    related: &Related,
+) -> (Vec<Leftover>, Vec<Leftover>) {
+    let (mut candidates, mut tombstones) = (Vec::new(), Vec::new());
     for entry in &related.candidates {
         let Ok(meta) = sp.sys.meta_at(sp.dir, entry) else {
             continue; // gone meanwhile
@@ -223,22 +246,22 @@ pub(crate) fn status<S: System>(
                 Creator::Untold(_) => None,
             }
         });
-        st.candidates.push(Leftover {
+        candidates.push(Leftover {
             name: entry.clone(),
-            age: age(sp.sys, meta.mtime),
+            age: since(sp.sys, meta.mtime).unwrap_or_default(),
             creator_alive,
         });
     }
     for entry in &related.tombstones {
         if let Ok(meta) = sp.sys.meta_at(sp.dir, entry) {
-            st.tombstones.push(Leftover {
+            tombstones.push(Leftover {
                 name: entry.clone(),
-                age: age(sp.sys, meta.mtime),
+                age: since(sp.sys, meta.mtime).unwrap_or_default(),
                 creator_alive: None,
             });
         }
     }
-    Ok(st)
+    (candidates, tombstones)
 }
 
 fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error> {
@@ -260,6 +283,6 @@ fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error
     };
     Ok(GuardState::Leftover {
         marked: sp.sys.meta_at(&guard, GUARD_MARKER).is_ok(),
-        age: age(sp.sys, meta.mtime),
+        age: since(sp.sys, meta.mtime).unwrap_or_default(),
     })
 }

@@ -141,6 +141,15 @@ impl Backoff {
     }
 }
 
+/// How long ago `mtime` was on the wall clock (the age of an entry since its last change);
+/// `None` when it is in the future (a clock set back, a restored backup).
+pub(crate) fn since<S: crate::sys::System>(
+    sys: &S,
+    mtime: std::time::SystemTime,
+) -> Option<Duration> {
+    sys.now().duration_since(mtime).ok()
+}
+
 /// How long things have sat unchanged, as this process observed them. A directory's age is
 /// the wall clock's `now - mtime`, but never less than how long this process has watched it
 /// unchanged on the monotonic clock: a modification time in the future (a clock set back, a
@@ -173,9 +182,9 @@ impl Ages {
             }
         };
         let observed = mono.saturating_sub(first);
-        match sys.now().duration_since(mtime) {
-            Ok(wall) => (wall.max(observed), false),
-            Err(_) => (observed, true),
+        match since(sys, mtime) {
+            Some(wall) => (wall.max(observed), false),
+            None => (observed, true),
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::options::{Ages, Backoff};
 use crate::owner::Owner;
 use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
 use crate::space::{make_candidate, remove_tree, Seen, Space, PEEK_RETRIES};
-use crate::sys::{is, Errno, Identity, Kind, System};
+use crate::sys::{is, Errno, FileId, Identity, Kind, System};
 use std::io;
 use std::time::Duration;
 
@@ -383,32 +383,10 @@ pub(crate) fn unlock<S: System>(
                 (Some(owner), meta.id)
             }
             Seen::InUse { problem, .. } | Seen::Malformed(problem) => {
-                let malformed = |problem: String| Error::Malformed {
-                    lock: sp.entry(name),
-                    resource: resource.to_owned(),
-                    problem,
-                };
-                if !force {
-                    return Err(malformed(problem));
+                match forced(sp, name, resource, problem, force)? {
+                    Some(id) => (None, id),
+                    None => continue, // it vanished meanwhile: look again
                 }
-                let meta = match sp.sys.meta_at(sp.dir, name) {
-                    Ok(m) => m,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(sp.io("inspect the lock", name, e)),
-                };
-                if meta.kind == Kind::Dir {
-                    let dir = match sp.sys.open_dir_at(sp.dir, name) {
-                        Ok(d) => d,
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                        Err(e) => return Err(sp.io("open the lock", name, e)),
-                    };
-                    if !sp.sys.try_lock(&dir, false).unwrap_or(false) {
-                        return Err(malformed(format!(
-                            "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
-                        )));
-                    }
-                }
-                (None, meta.id)
             }
         };
         let expect = match &expect_owner {
@@ -431,4 +409,42 @@ pub(crate) fn unlock<S: System>(
         waited: Duration::ZERO,
         owner: None,
     })
+}
+
+/// A malformed lock an operator asked to remove: refused without `force`, and refused while a
+/// process holds a lock on it (it is in use, however damaged). The identity of what is to be
+/// removed, or `None` when it vanished meanwhile.
+fn forced<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    resource: &str,
+    problem: String,
+    force: bool,
+) -> Result<Option<FileId>, Error> {
+    let malformed = |problem: String| Error::Malformed {
+        lock: sp.entry(name),
+        resource: resource.to_owned(),
+        problem,
+    };
+    if !force {
+        return Err(malformed(problem));
+    }
+    let meta = match sp.sys.meta_at(sp.dir, name) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(sp.io("inspect the lock", name, e)),
+    };
+    if meta.kind == Kind::Dir {
+        let dir = match sp.sys.open_dir_at(sp.dir, name) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(sp.io("open the lock", name, e)),
+        };
+        if !sp.sys.try_lock(&dir, false).unwrap_or(false) {
+            return Err(malformed(format!(
+                "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
+            )));
+        }
+    }
+    Ok(Some(meta.id))
 }

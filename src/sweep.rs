@@ -2,6 +2,7 @@
 //! Locks and guards are never touched.
 
 use crate::error::Error;
+use crate::options::since;
 use crate::paths::{classify, tombstone_for, Entry};
 use crate::space::{creator, remove_tree, Creator, Space};
 use crate::sys::{Identity, System};
@@ -78,11 +79,7 @@ fn sweep_candidate<S: System>(
     let Ok(meta) = sp.sys.meta_at(sp.dir, entry) else {
         return Swept::Untouched; // published or removed meanwhile
     };
-    let age = sp
-        .sys
-        .now()
-        .duration_since(meta.mtime)
-        .unwrap_or(Duration::ZERO);
+    let age = since(sp.sys, meta.mtime).unwrap_or_default();
     if age < grace {
         return Swept::Kept("it is younger than the grace period (it may be being staged)".into());
     }

@@ -166,7 +166,7 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
             (Some(a), Some(l)) => Some(a.min(l)),
             (a, l) => a.or(l),
         };
-        wait_for_change(self.sp, self.req, dir, id, evidence, until)
+        wait_for_change(self, dir, id, evidence, until)
     }
 
     /// A live (or unknown) holder: give up at the deadline, else wait for it to change.
@@ -341,14 +341,13 @@ pub(super) fn contend<S: System>(
 /// close by us would wake every other waiter). Returns the watch it used, for the caller to
 /// drop once its publish is done.
 fn wait_for_change<S: System>(
-    sp: &Space<S>,
-    req: &Request,
+    k: &Contest<S>,
     dir: &S::Dir,
     id: FileId,
     evidence: Evidence,
     until: Option<Duration>,
 ) -> Result<Option<S::Watch>, Error> {
-    let cancel = req.options.cancel.as_ref().map(|c| &*c.0);
+    let (sp, name, cancel) = (k.sp, k.req.name, k.cancel());
     if evidence == Evidence::Beacon && cancel.is_none() && until.is_none() {
         // An unbounded wait on a beacon holder: sleep in the kernel's own lock handoff. The
         // holder's release unlocks the beacon explicitly (for every copy a fork made of it),
@@ -356,7 +355,7 @@ fn wait_for_change<S: System>(
         match sp.sys.wait_shared(dir) {
             Ok(()) => return Ok(None),
             Err(e) if is(&e, Errno::LockUnsupported) => {}
-            Err(e) => return Err(sp.io("wait for the lock", req.name, e)),
+            Err(e) => return Err(sp.io("wait for the lock", name, e)),
         }
     }
     let pid = match evidence {
@@ -367,60 +366,52 @@ fn wait_for_change<S: System>(
     let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
     let start = sp.sys.monotonic();
     let mut spurious = 0u32;
-    loop {
-        // Look once more now that the watch is armed: a change before it would be missed.
-        let changed = match sp.sys.meta_at(sp.dir, req.name) {
-            Ok(m) => m.id != id,
-            Err(_) => true,
-        } || (evidence == Evidence::Beacon
-            && sp.sys.try_lock(dir, false).unwrap_or(false))
-            || pid.is_some_and(|p| sp.sys.process_alive(p) == Some(false));
-        if changed {
-            return Ok(watch);
-        }
+    // Look once more each time the watch is armed: a change before it would be missed.
+    while !changed(sp, name, dir, id, evidence) {
         let elapsed = sp.sys.monotonic().saturating_sub(start);
-        let mut timeout = until.map(|t| t.saturating_sub(elapsed));
-        if timeout == Some(Duration::ZERO) {
-            return Ok(watch); // the caller re-judges and reports the deadline
+        let left = until.map(|t| t.saturating_sub(elapsed));
+        if left == Some(Duration::ZERO) {
+            break; // the caller re-judges and reports the deadline
         }
         // Without a watch, back off. After wake-ups that changed nothing (a reader opening
         // the lock directory, a pidfd of a zombie that stays readable), pause a little before
         // watching again, so that a storm of them cannot make a waiter spin; what happens
         // meanwhile is queued and wakes the next sleep at once.
-        if watch.is_none() {
+        let (watching, timeout) = if watch.is_none() || spurious >= 3 {
             let pause = backoff.next_pause();
-            timeout = Some(timeout.map_or(pause, |t| t.min(pause)));
-        } else if spurious >= 3 {
-            let pause = backoff.next_pause();
-            let pause = timeout.map_or(pause, |t| t.min(pause));
-            if sp
-                .sys
-                .sleep(None, Some(pause), cancel)
-                .map_err(|e| sp.io("wait for the lock", req.name, e))?
-                == Wake::Cancelled
-            {
-                return Err(Error::Cancelled {
-                    lock: sp.entry(req.name),
-                    resource: req.resource.to_owned(),
-                });
-            }
-            spurious = 0;
-            continue;
-        }
+            (None, Some(left.map_or(pause, |l| l.min(pause))))
+        } else {
+            (watch.as_ref(), left)
+        };
         let wake = sp
             .sys
-            .sleep(watch.as_ref(), timeout, cancel)
-            .map_err(|e| sp.io("wait for the lock", req.name, e))?;
+            .sleep(watching, timeout, cancel)
+            .map_err(|e| sp.io("wait for the lock", name, e))?;
         match wake {
-            Wake::Cancelled => {
-                return Err(Error::Cancelled {
-                    lock: sp.entry(req.name),
-                    resource: req.resource.to_owned(),
-                })
-            }
-            Wake::TimedOut if watch.is_some() => return Ok(watch),
+            Wake::Cancelled => return Err(k.cancelled()),
+            Wake::TimedOut if watching.is_some() => break,
+            Wake::TimedOut if watch.is_some() => spurious = 0, // the pause is over
             Wake::TimedOut => {}
             Wake::Changed => spurious += 1,
         }
     }
+    Ok(watch)
+}
+
+/// Whether the lock at `name` is no longer the directory `id` we wait on, or the `evidence`
+/// its holder's life rests on is gone.
+fn changed<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    dir: &S::Dir,
+    id: FileId,
+    evidence: Evidence,
+) -> bool {
+    let moved = sp.sys.meta_at(sp.dir, name).map_or(true, |m| m.id != id);
+    moved
+        || match evidence {
+            Evidence::Beacon => sp.sys.try_lock(dir, false).unwrap_or(false),
+            Evidence::Pid(p) => sp.sys.process_alive(p) == Some(false),
+            Evidence::Nothing => false,
+        }
 }

@@ -28,7 +28,7 @@ pub fn owned(cmd: &mut Command) -> &mut Command {
     let parent = std::process::id();
     cmd.process_group(0);
     // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-    // (prctl, getppid, _exit) and allocates nothing.
+    // (prctl, getppid, signal, _exit) and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
@@ -38,6 +38,11 @@ pub fn owned(cmd: &mut Command) -> &mut Command {
             if libc::getppid() as u32 != parent {
                 libc::_exit(1);
             }
+            // A test started as a background job of a script inherits SIGINT and SIGQUIT
+            // ignored, and a shell that starts with a signal ignored cannot trap it: the
+            // tests of signal forwarding need the defaults, however cargo test was started.
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
             Ok(())
         })
     }

@@ -1,0 +1,179 @@
+//! `dirlock run`: take the lock, run the command with the lock's beacon, release; signals
+//! abandon the wait or reach the command.
+
+use crate::args::{Acquire, Selector};
+use crate::say::{explain, say, Failure};
+use crate::select::{configure, select};
+use crate::status::ago;
+use crate::sys;
+use dirlock::text::{escape, path as shown};
+use dirlock::{Cancel, Error, Liveness, LockGuard, LockRequest};
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Child, ExitCode};
+use std::sync::{Arc, Mutex};
+
+/// Where `dirlock run` is, for its signal thread.
+pub(crate) enum Phase {
+    /// Finding the lock directory: nothing is held yet, a signal ends `run` at once.
+    Setup,
+    /// Taking the lock: a signal abandons the wait (the first one is kept).
+    Waiting(Option<i32>),
+    /// The lock is held and the command being started: a signal (a terminal's included: the
+    /// command may not exist yet to receive it) is kept, and passed on once it does.
+    Starting(Option<i32>),
+    /// The command runs: signals other processes send are forwarded to it.
+    Running(u32),
+    /// The command has exited (its pid may be another process's by now): nothing is forwarded.
+    Done,
+}
+
+/// How `run` treats its command.
+pub(crate) struct RunOptions {
+    /// Say nothing while waiting, nor when the lock is held.
+    pub(crate) quiet: bool,
+    /// The exit status when the lock is held by another process.
+    pub(crate) conflict: u8,
+    /// Whether the command inherits the beacon (keeps the lock held while it, or what it
+    /// leaves running, lives).
+    pub(crate) inherit: bool,
+}
+
+pub(crate) fn run(
+    sel: &Selector,
+    acq: &Acquire,
+    opts: &RunOptions,
+    command: &[OsString],
+) -> Result<ExitCode, Failure> {
+    // Before any thread starts: SIGINT, SIGTERM and SIGHUP are received by a thread of ours,
+    // not by their default handlers. While the lock is awaited they abandon the wait (nothing
+    // is left behind and nothing runs: exit 128+N, as flock(1) does); once the command runs
+    // they are forwarded to it (and `dirlock run` itself waits for it and releases).
+    sys::block_forwarded_signals().map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
+    let cancel =
+        Cancel::new().map_err(|e| Failure(format!("cannot make a cancel handle: {e}"), 1))?;
+    let phase = Arc::new(Mutex::new(Phase::Setup));
+    handle_signals(&phase, &cancel);
+    let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
+    let req = select(sel)?;
+    *lock_phase() = Phase::Waiting(None);
+    let acquired = acquire(configure(req, acq).cancel(&cancel), opts);
+    // Decide under the phase lock, so that a signal is either seen here or kept for later.
+    {
+        let mut phase = lock_phase();
+        if let Phase::Waiting(Some(sig)) = *phase {
+            drop(acquired); // got it just as the signal came: released, nothing runs
+            return Ok(ExitCode::from(128 + sig.clamp(0, 127) as u8));
+        }
+        *phase = Phase::Starting(None);
+    }
+    let guard = acquired?;
+    let mut child = match spawn(&guard, opts, command) {
+        Ok(c) => c,
+        Err(failure) => {
+            let _ = guard.release();
+            return Err(failure);
+        }
+    };
+    let pending = std::mem::replace(&mut *lock_phase(), Phase::Running(child.id()));
+    if let Phase::Starting(Some(sig)) = pending {
+        // It came while the command was being started: the command may have missed it.
+        sys::send_signal(child.id(), sig);
+    }
+    let status = child.wait();
+    *lock_phase() = Phase::Done;
+    // Released after the command exits, whatever happened to it.
+    let released = guard.release();
+    let status = status.map_err(|e| Failure(format!("cannot wait for the command: {e}"), 1))?;
+    let code = match (
+        status.code(),
+        std::os::unix::process::ExitStatusExt::signal(&status),
+    ) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    };
+    if let Err(e) = released {
+        say(&explain(&e));
+        return Ok(ExitCode::from(if code == 0 { 1 } else { code as u8 }));
+    }
+    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+}
+
+/// Starts the thread that receives SIGINT, SIGTERM and SIGHUP, and does what the phase asks.
+fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel) {
+    let (phase, cancel) = (phase.clone(), cancel.clone());
+    sys::on_signals(move |sig, from_process| {
+        match &mut *phase.lock().unwrap_or_else(|e| e.into_inner()) {
+            Phase::Setup => std::process::exit(128 + sig),
+            Phase::Waiting(first) => {
+                first.get_or_insert(sig);
+                cancel.cancel();
+            }
+            Phase::Starting(pending) => {
+                pending.get_or_insert(sig);
+            }
+            // A terminal's Ctrl-C or hangup reached the command already (same process
+            // group): only what another process sent us is passed on.
+            Phase::Running(child) if from_process => sys::send_signal(*child, sig),
+            Phase::Running(_) | Phase::Done => {}
+        }
+    });
+}
+
+/// Takes the lock, saying whom it waits for (unless -q). A busy lock fails with the conflict
+/// status; under -q the exit status alone says it (`-q -n -E 0`: skip without a word).
+fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure> {
+    if !opts.quiet {
+        req = req.on_wait(|w| {
+            say(&format!(
+                "waiting for {}: held by {} since {}, judged {}",
+                shown(&w.lock),
+                w.owner,
+                ago(w.since),
+                escape(&w.judgement.to_string())
+            ));
+        });
+    }
+    req.acquire().map_err(|e| {
+        if !e.is_contended() {
+            return e.into();
+        }
+        let msg = match &e {
+            _ if opts.quiet => String::new(),
+            Error::Locked { judgement, .. } if judgement.liveness != Liveness::Unknown => {
+                format!("{}, or wait for it (--wait, or -w SECS)", explain(&e))
+            }
+            _ => explain(&e),
+        };
+        Failure(msg, opts.conflict)
+    })
+}
+
+/// Starts the command under the lock: with its beacon (unless -o) and its name in
+/// `DIRLOCK_HELD`, the forwarded signals unblocked, and tied to our life.
+fn spawn(guard: &LockGuard, opts: &RunOptions, command: &[OsString]) -> Result<Child, Failure> {
+    let mut cmd = std::process::Command::new(&command[0]);
+    cmd.args(&command[1..]);
+    if opts.inherit {
+        guard.keep_alive_in(&mut cmd);
+    } else {
+        guard.name_in(&mut cmd);
+    }
+    sys::unblock_forwarded_in_child(&mut cmd);
+    // The command never outlives this process: were `dirlock run` killed (even by SIGKILL),
+    // the kernel kills the command too, so no contender, whether it judges by the beacon or
+    // (like the reference implementation) by our pid, ever gets the lock while it runs.
+    sys::die_with_parent(&mut cmd);
+    cmd.spawn().map_err(|e| {
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        Failure(
+            format!("cannot run {}: {e}", shown(Path::new(&command[0]))),
+            code,
+        )
+    })
+}

@@ -1,0 +1,70 @@
+//! What the command says: its errors in one paragraph, in its own terms, and its output.
+
+use crate::args::{EX_TEMPFAIL, EX_USAGE};
+use dirlock::text::path as shown;
+use dirlock::{Error, Liveness};
+use std::io::Write as _;
+
+/// A failure: what to print (nothing for a closed output pipe) and the exit status.
+pub(crate) struct Failure(pub(crate) String, pub(crate) u8);
+
+/// The status of a command whose output pipe was closed: what a tool killed by `SIGPIPE`
+/// reports (128 + 13), without a word.
+pub(crate) const EX_PIPE: u8 = 141;
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let code = match &e {
+            e if e.is_contended() => EX_TEMPFAIL,
+            // A name or an argument that cannot be used: a usage error.
+            Error::InvalidInput { .. } => EX_USAGE,
+            _ => 1,
+        };
+        Failure(explain(&e), code)
+    }
+}
+
+/// The error in one paragraph, with its causes, and the advice in this command's terms (its
+/// flags and subcommands, where the library's own message names its API).
+pub(crate) fn explain(e: &Error) -> String {
+    let head = match e {
+        Error::Locked { judgement, lock, .. } if judgement.liveness == Liveness::Unknown => format!(
+            "{}; it is never reclaimed automatically: check the holder where it ran, and once it is gone remove {} by hand",
+            e.facts(),
+            shown(lock)
+        ),
+        Error::Locked { .. } => format!("{}; retry when it finishes", e.facts()),
+        Error::Malformed { lock, .. } => format!(
+            "{}; check that no process uses it, then remove it with `dirlock unlock --force` for the same lock (it refuses while a process holds a lock on it), or remove {} by hand",
+            e.facts(),
+            shown(lock)
+        ),
+        _ => e.to_string(),
+    };
+    let mut msg = head;
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        source = s.source();
+    }
+    msg
+}
+
+/// Writes the command's output. A reader that went away (`| head`) ends the command quietly,
+/// as it ends other Unix tools; any other write error is reported.
+pub(crate) fn emit(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            Err(Failure(String::new(), EX_PIPE))
+        }
+        Err(e) => Err(Failure(format!("cannot write the output: {e}"), 1)),
+    }
+}
+
+/// A line on stderr; a stderr that cannot be written to is not worth failing over.
+pub(crate) fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "dirlock: {line}");
+}

@@ -1,0 +1,546 @@
+//! The real [`System`]: `libc` calls, Linux first. Other Unixes compile with fallbacks (plain
+//! `rename` verified by the caller, backoff instead of kernel wake-ups) until they get their own
+//! tuned code here.
+#![allow(unsafe_code)]
+
+mod identity;
+mod wait;
+
+#[cfg(test)]
+pub(crate) use identity::parse_start_time;
+use identity::{getpid, proc_start_time, read_identity};
+pub use wait::{CancelHandle, Watch};
+
+use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The real operating system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Real;
+
+/// Identity facts, cached per pid (a forked child reads its own).
+static IDENTITY: Mutex<Option<Identity>> = Mutex::new(None);
+
+/// The tokens this process wrote and is not done with, with the pid that wrote them (a forked
+/// child starts with none of its parent's).
+static TOKENS: Mutex<Option<(u32, std::collections::HashSet<String>)>> = Mutex::new(None);
+
+fn cstr(name: &str) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name contains NUL"))
+}
+
+fn cpath(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+/// Turns a `-1` return into the thread's `errno`.
+pub(super) fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Retries a call interrupted by a signal.
+fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
+    loop {
+        match check(f()) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Resets the thread's `errno`, so that a null `readdir` can tell end-of-stream from error.
+fn clear_errno() {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: errno is thread-local and always addressable.
+    unsafe {
+        *libc::__errno_location() = 0
+    };
+    #[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
+    // SAFETY: errno is thread-local and always addressable.
+    unsafe {
+        *libc::__error() = 0
+    };
+}
+
+pub(super) fn owned(fd: libc::c_int) -> OwnedFd {
+    // SAFETY: callers pass a descriptor just returned by a successful open-like call, which
+    // nothing else owns.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+// The field types of `stat` differ by platform; the casts are no-ops on some.
+#[allow(clippy::unnecessary_cast)]
+fn meta_of(st: &libc::stat) -> Meta {
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFREG => Kind::File,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Other,
+    };
+    let mtime = if st.st_mtime >= 0 {
+        UNIX_EPOCH
+            + Duration::new(
+                st.st_mtime as u64,
+                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+            )
+    } else {
+        UNIX_EPOCH
+    };
+    Meta {
+        id: FileId {
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+        },
+        kind,
+        uid: st.st_uid,
+        mode: (st.st_mode & 0o7777) as u32,
+        size: st.st_size.max(0) as u64,
+        nlink: st.st_nlink as u64,
+        mtime,
+    }
+}
+
+fn fstat(fd: RawFd) -> io::Result<Meta> {
+    // SAFETY: `stat` is plain old data; all-zero is a valid value that fstat overwrites.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is an open descriptor borrowed for the call; `st` is a valid out-pointer.
+    retry(|| unsafe { libc::fstat(fd, &mut st) })?;
+    Ok(meta_of(&st))
+}
+
+/// Reads `file` to its end, but at most `limit + 1` bytes (one more than allowed, so that the
+/// caller can tell a file that is too large).
+pub(super) fn read_to_limit(file: std::fs::File, limit: usize) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    file.take(limit as u64 + 1).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// `openat(at, name, flags, 0600)`, retried on EINTR. Callers spell out every flag
+/// (`O_CLOEXEC` included) where they call it.
+fn openat(at: &OwnedFd, name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let n = cstr(name)?;
+    // SAFETY: `at` is an open directory and `n` is NUL-terminated; the mode is read only with
+    // O_CREAT. The result is a new descriptor or -1.
+    let fd = retry(|| unsafe {
+        libc::openat(at.as_raw_fd(), n.as_ptr(), flags, 0o600 as libc::c_uint)
+    })?;
+    Ok(owned(fd))
+}
+
+impl System for Real {
+    type Dir = OwnedFd;
+    type Watch = Watch;
+
+    fn identity(&self) -> Identity {
+        let pid = getpid();
+        let mut cached = IDENTITY.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cached {
+            Some(id) if id.pid == pid => id.clone(),
+            _ => {
+                let id = read_identity();
+                *cached = Some(id.clone());
+                id
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        getpid()
+    }
+
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    fn monotonic(&self) -> Duration {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        START.get_or_init(Instant::now).elapsed()
+    }
+
+    fn token(&self) -> String {
+        uuid::Uuid::new_v4().to_string()
+    }
+
+    fn own_token(&self, token: &str, own: bool) {
+        let pid = getpid();
+        let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
+        if tokens.as_ref().is_none_or(|(p, _)| *p != pid) {
+            *tokens = Some((pid, Default::default()));
+        }
+        let (_, set) = tokens.as_mut().expect("just made");
+        if own {
+            set.insert(token.to_owned());
+        } else {
+            set.remove(token);
+        }
+    }
+
+    fn wrote(&self, token: &str) -> bool {
+        let pid = getpid();
+        let tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
+        tokens
+            .as_ref()
+            .is_some_and(|(p, set)| *p == pid && set.contains(token))
+    }
+
+    fn open_dir_path(&self, path: &Path) -> io::Result<OwnedFd> {
+        let p = cpath(path)?;
+        // SAFETY: `p` is NUL-terminated; the result is a new descriptor or -1.
+        let fd = retry(|| unsafe {
+            libc::open(
+                p.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        })?;
+        Ok(owned(fd))
+    }
+
+    fn open_dir_at(&self, at: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
+        openat(
+            at,
+            name,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    }
+
+    fn mkdir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is an open directory and `n` is NUL-terminated.
+        retry(|| unsafe { libc::mkdirat(at.as_raw_fd(), n.as_ptr(), 0o700) })?;
+        Ok(())
+    }
+
+    fn meta(&self, dir: &OwnedFd) -> io::Result<Meta> {
+        fstat(dir.as_raw_fd())
+    }
+
+    fn meta_at(&self, at: &OwnedFd, name: &str) -> io::Result<Meta> {
+        let n = cstr(name)?;
+        // SAFETY: `stat` is plain old data; all-zero is a valid value that fstatat overwrites.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `at` is open, `n` is NUL-terminated and `st` is a valid out-pointer.
+        retry(|| unsafe {
+            libc::fstatat(
+                at.as_raw_fd(),
+                n.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })?;
+        Ok(meta_of(&st))
+    }
+
+    fn set_mode(&self, dir: &OwnedFd, mode: u32) -> io::Result<()> {
+        // SAFETY: `dir` is an open descriptor.
+        retry(|| unsafe { libc::fchmod(dir.as_raw_fd(), mode as libc::mode_t) })?;
+        Ok(())
+    }
+
+    fn set_mode_at(&self, at: &OwnedFd, name: &str, mode: u32) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is open and `n` is NUL-terminated.
+        retry(|| unsafe { libc::fchmodat(at.as_raw_fd(), n.as_ptr(), mode as libc::mode_t, 0) })?;
+        Ok(())
+    }
+
+    fn create_file_at(
+        &self,
+        at: &OwnedFd,
+        name: &str,
+        contents: &[u8],
+        sync: bool,
+        exact_mode: bool,
+    ) -> io::Result<()> {
+        // O_EXCL | O_NOFOLLOW: a new file, or an error.
+        let fd = openat(
+            at,
+            name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )?;
+        let mut file = std::fs::File::from(fd);
+        if exact_mode {
+            // The umask took bits away (even the owner's): set the mode exactly.
+            use std::os::unix::fs::PermissionsExt;
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
+        std::io::Write::write_all(&mut file, contents)?;
+        if sync {
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn read_file_at(&self, at: &OwnedFd, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
+        // O_NOFOLLOW refuses a symlink; O_NONBLOCK keeps a FIFO from blocking the open.
+        let fd = openat(
+            at,
+            name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )?;
+        let meta = fstat(fd.as_raw_fd())?;
+        if meta.kind != Kind::File {
+            // Never read from a FIFO, socket or device: the caller sees the kind and refuses.
+            return Ok((meta, Vec::new()));
+        }
+        let bytes = read_to_limit(std::fs::File::from(fd), limit)?;
+        Ok((meta, bytes))
+    }
+
+    fn sync_dir(&self, dir: &OwnedFd) -> io::Result<()> {
+        // SAFETY: `dir` is open.
+        match retry(|| unsafe { libc::fsync(dir.as_raw_fd()) }) {
+            // Some filesystems cannot sync a directory; the data was synced already.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
+                ) =>
+            {
+                Ok(())
+            }
+            other => other.map(drop),
+        }
+    }
+
+    fn rename_noreplace(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<Renamed> {
+        match self.rename_exclusive(at, from, to) {
+            Ok(()) => return Ok(Renamed::Exclusive),
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
+            Err(e) => return Err(e),
+        }
+        let (f, t) = (cstr(from)?, cstr(to)?);
+        // Plain rename replaces only an empty directory; the protocol's lock directories are
+        // never empty and the caller reads the token back.
+        // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
+        retry(|| unsafe {
+            libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr())
+        })?;
+        Ok(Renamed::Plain)
+    }
+
+    fn rename_exclusive(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+        let unsupported = || {
+            io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this filesystem has no no-replace rename",
+            )
+        };
+        #[cfg(target_os = "linux")]
+        {
+            let (f, t) = (cstr(from)?, cstr(to)?);
+            loop {
+                // SAFETY: both names are NUL-terminated and relative to the open directory
+                // `at`; renameat2 takes no pointers beyond them.
+                let ret = unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        at.as_raw_fd(),
+                        f.as_ptr(),
+                        at.as_raw_fd(),
+                        t.as_ptr(),
+                        libc::RENAME_NOREPLACE,
+                    )
+                };
+                if ret == 0 {
+                    return Ok(());
+                }
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    // Interrupted (NFS `intr` mounts): try again. Had the rename happened, the
+                    // retry fails and the caller checks whether the target is its own.
+                    Some(libc::EINTR) => continue,
+                    // The kernel or this filesystem does not know the flag (asked again next
+                    // time: another filesystem may know it).
+                    Some(libc::EINVAL) | Some(libc::ENOSYS) => return Err(unsupported()),
+                    _ => return Err(e),
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (at, from, to);
+            Err(unsupported())
+        }
+    }
+
+    fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is open and `n` is NUL-terminated.
+        retry(|| unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), 0) })?;
+        Ok(())
+    }
+
+    fn remove_dir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
+        let n = cstr(name)?;
+        // SAFETY: `at` is open and `n` is NUL-terminated.
+        retry(|| unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) })?;
+        Ok(())
+    }
+
+    fn list(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {
+        // A fresh descriptor, so that the directory stream's offset is our own.
+        let fresh = self.open_dir_at(dir, ".")?;
+        // SAFETY: fdopendir takes ownership of the descriptor on success.
+        let stream = unsafe { libc::fdopendir(fresh.as_raw_fd()) };
+        if stream.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        std::mem::forget(fresh); // now owned by `stream`, closed by closedir below
+        let mut names = Vec::new();
+        let result = loop {
+            clear_errno();
+            // SAFETY: `stream` is a valid open directory stream.
+            let entry = unsafe { libc::readdir(stream) };
+            if entry.is_null() {
+                let e = io::Error::last_os_error();
+                break if e.raw_os_error() == Some(0) {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated; it stays
+            // valid until the next readdir on this stream.
+            let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) };
+            let bytes = name.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            // The protocol names everything it makes in ASCII: a name that is not UTF-8 is not
+            // ours, and a lossy copy of it would name nothing (or something else).
+            if let Ok(name) = std::str::from_utf8(bytes) {
+                names.push(name.to_owned());
+            }
+        };
+        // SAFETY: `stream` is valid and closed exactly once.
+        unsafe { libc::closedir(stream) };
+        result.map(|()| names)
+    }
+
+    fn try_lock(&self, dir: &OwnedFd, exclusive: bool) -> io::Result<bool> {
+        let op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
+        // SAFETY: `dir` is open; flock takes no pointers.
+        match retry(|| unsafe { libc::flock(dir.as_raw_fd(), op | libc::LOCK_NB) }) {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn unlock(&self, dir: &OwnedFd) -> io::Result<()> {
+        // SAFETY: `dir` is open; flock takes no pointers.
+        retry(|| unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_UN) }).map(drop)
+    }
+
+    fn wait_shared(&self, dir: &OwnedFd) -> io::Result<()> {
+        // SAFETY: `dir` is open; flock takes no pointers. A blocking flock sleeps in the
+        // kernel until the exclusive holder lets go; a signal (EINTR) just starts it again.
+        retry(|| unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_SH) }).map(drop)
+    }
+
+    fn process_alive(&self, pid: u32) -> Option<bool> {
+        let pid = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
+        // SAFETY: signal 0 only checks for existence and permission; nothing is delivered.
+        if unsafe { libc::kill(pid, 0) } == 0 {
+            return Some(true);
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => Some(false),
+            Some(libc::EPERM) => Some(true),
+            _ => None,
+        }
+    }
+
+    fn start_time(&self, pid: u32) -> Option<u64> {
+        proc_start_time(pid)
+    }
+
+    fn watch(&self, lock: &OwnedFd, pid: Option<u32>) -> io::Result<Option<Watch>> {
+        wait::watch(lock, pid)
+    }
+
+    fn sleep(
+        &self,
+        watch: Option<&Watch>,
+        timeout: Option<Duration>,
+        cancel: Option<&CancelHandle>,
+    ) -> io::Result<Wake> {
+        wait::sleep(watch, timeout, cancel)
+    }
+}
+
+pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
+    use super::Errno::*;
+    let Some(n) = e.raw_os_error() else {
+        return false;
+    };
+    match which {
+        Exists => n == libc::EEXIST,
+        NotEmpty => n == libc::ENOTEMPTY,
+        NotDir => n == libc::ENOTDIR,
+        Loop => n == libc::ELOOP,
+        LockUnsupported => n == libc::ENOLCK || n == libc::EOPNOTSUPP || n == libc::ENOSYS,
+    }
+}
+
+/// Makes `fd` survive `exec` in the child that `cmd` spawns (it stays close-on-exec here).
+pub(crate) fn keep_open_in_child(cmd: &mut std::process::Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec; it only calls fcntl, which
+    // is async-signal-safe, on a descriptor the child inherited from us.
+    unsafe {
+        cmd.pre_exec(move || {
+            let flags = check(libc::fcntl(fd, libc::F_GETFD))?;
+            check(libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
+            Ok(())
+        });
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    /// Readers of what a lock directory holds (status reading owner.json) do not wake its
+    /// waiters; its own rename does.
+    #[test]
+    fn only_the_lock_directory_itself_wakes_a_watch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sys = Real;
+        let parent = sys.open_dir_path(tmp.path()).unwrap();
+        sys.mkdir_at(&parent, "l").unwrap();
+        let lock = sys.open_dir_at(&parent, "l").unwrap();
+        sys.create_file_at(&lock, "owner.json", b"{}", false, false)
+            .unwrap();
+        let watch = sys.watch(&lock, None).unwrap().expect("inotify");
+        for _ in 0..5 {
+            sys.read_file_at(&lock, "owner.json", 100).unwrap();
+        }
+        let wake = sys
+            .sleep(Some(&watch), Some(Duration::from_millis(50)), None)
+            .unwrap();
+        assert_eq!(wake, Wake::TimedOut, "reading owner.json woke the waiter");
+        let _ = sys.rename_noreplace(&parent, "l", "m").unwrap();
+        let wake = sys
+            .sleep(Some(&watch), Some(Duration::from_secs(5)), None)
+            .unwrap();
+        assert_eq!(wake, Wake::Changed, "the rename did not wake the waiter");
+    }
+}

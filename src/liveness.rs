@@ -248,7 +248,10 @@ mod tests {
             wrote: false,
             asked: vec![],
         };
-        #[allow(clippy::type_complexity)]
+        #[expect(
+            clippy::type_complexity,
+            reason = "one table row: case, record, identity, facts, verdict, probes"
+        )]
         let rows: Vec<(&str, Owner, Identity, Facts, Liveness, Vec<&str>)> = vec![
             // 1: another host wins over everything, even a free beacon.
             (

@@ -27,7 +27,6 @@ pub(crate) struct Space<'a, S: System> {
 }
 
 /// What is at `NAME` right now (short-lived: its size does not matter).
-#[allow(clippy::large_enum_variant)]
 pub(crate) enum Seen<S: System> {
     /// Nothing (or it vanished while we looked).
     Gone,

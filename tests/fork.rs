@@ -71,7 +71,10 @@ fn forked_children_and_execd_programs_do_not_own_the_lock() {
     let pidfile = tmp.path().join("sleeper.pid");
     let code = in_fork(|| {
         let g = locks.named_lock("e.lock").acquire().unwrap();
-        #[allow(clippy::zombie_processes)] // reaped by init once this child exits
+        #[expect(
+            clippy::zombie_processes,
+            reason = "reaped by init once this forked child exits"
+        )]
         let sleeper = Command::new("sleep").arg("30").spawn().unwrap();
         std::fs::write(&pidfile, sleeper.id().to_string()).unwrap();
         std::mem::forget(g); // die holding it

@@ -76,54 +76,25 @@ impl Plant {
     }
 }
 
+/// The lock directory `dir` as the protocol sees it.
+pub(crate) fn space<'a>(sys: &'a SimSys, dir: &'a SimDir) -> Space<'a, SimSys> {
+    Space {
+        sys,
+        dir,
+        path: Path::new("/sim"),
+        uid: UID,
+    }
+}
+
 /// What a simulated process does.
 pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool) {
     let me = sys.identity();
-    pub(crate) fn space<'a>(sys: &'a SimSys, dir: &'a SimDir) -> Space<'a, SimSys> {
-        Space {
-            sys,
-            dir,
-            path: Path::new("/sim"),
-            uid: UID,
-        }
-    }
     let root = sys.lock_dir();
     let sp = space(sys, &root);
     match script {
         Script::Worker { rounds, wait } => {
             for _ in 0..rounds {
-                let mut options = Options::new(wait);
-                options.grace = grace;
-                let req = Request {
-                    name: LOCK,
-                    resource: "sim",
-                    options: &options,
-                    started: sys.monotonic(),
-                };
-                // In the current lock directory, re-opened if a cleaner removed it, as
-                // `Locks` does.
-                let got = protocol::in_current_dir(
-                    sys,
-                    || Ok(sys.lock_dir()),
-                    |d: &Arc<SimDir>| &**d,
-                    |d| protocol::acquire(&space(sys, d), &req, &me).map(|held| (held, d.clone())),
-                );
-                match got {
-                    Ok((held, d)) => {
-                        enter(sys);
-                        // The critical section: a scheduling point where others may run.
-                        let _ = sys.meta_at(&d, OWNER_FILE);
-                        leave(sys);
-                        let pid = sys.pid();
-                        if let Err(e) = protocol::release(&space(sys, &d), held, "sim", pid) {
-                            // Only a cleaner may take a lock away (never a held one).
-                            report(sys, format!("I9/I1: p{} lost its lock: {e}", sys.slot));
-                        }
-                    }
-                    Err(e) if e.is_contended() && !recovery => {}
-                    Err(Error::Malformed { .. }) if intruded(sys) => {}
-                    Err(e) => report(sys, format!("p{} failed to acquire: {e}", sys.slot)),
-                }
+                work(sys, &me, wait, grace, recovery);
             }
             if recovery {
                 if let Err(e) = crate::sweep::sweep(&space(sys, &sys.lock_dir()), grace) {
@@ -146,24 +117,7 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
             Err(Error::Malformed { .. }) if intruded(sys) => {}
             Err(e) => report(sys, format!("unlock failed: {e}")),
         },
-        Script::Observer => {
-            for _ in 0..3 {
-                let status = sys
-                    .list(&root)
-                    .map_err(|e| Error::io("list", "/sim", e))
-                    .and_then(|entries| {
-                        let related = crate::inspect::group(&entries)
-                            .remove(LOCK)
-                            .unwrap_or_default();
-                        crate::inspect::status(&sp, LOCK, &me, grace, &related)
-                    });
-                match status {
-                    Ok(_) => {}
-                    Err(Error::Malformed { .. }) if intruded(sys) => {}
-                    Err(e) => report(sys, format!("status failed: {e}")),
-                }
-            }
-        }
+        Script::Observer => observe(sys, &sp, &me, grace),
         Script::Cleaner => {
             for whole in [false, false, true, true] {
                 sys.call(
@@ -172,41 +126,102 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
                 );
             }
         }
-        Script::Intruder => {
-            sys.call("intrude", |st, _| {
-                let d = st.d();
-                if st.lookup(d, LOCK).is_ok() {
-                    return false;
-                }
-                let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, true);
-                st.dir_entries_mut(d)
-                    .is_ok_and(|e| e.insert(LOCK.into(), ino).is_none())
-            });
+        Script::Intruder => intrude(sys),
+        Script::Planter(plant) => plant_lock(sys, plant),
+    }
+}
+
+/// One round of a worker: acquire (in the current lock directory, re-opened if a cleaner
+/// removed it, as `Locks` does), a critical section with a scheduling point, release.
+fn work(sys: &SimSys, me: &Identity, wait: Wait, grace: Duration, recovery: bool) {
+    let mut options = Options::new(wait);
+    options.grace = grace;
+    let req = Request {
+        name: LOCK,
+        resource: "sim",
+        options: &options,
+        started: sys.monotonic(),
+    };
+    let got = protocol::in_current_dir(
+        sys,
+        || Ok(sys.lock_dir()),
+        |d: &Arc<SimDir>| &**d,
+        |d| protocol::acquire(&space(sys, d), &req, me).map(|held| (held, d.clone())),
+    );
+    match got {
+        Ok((held, d)) => {
+            enter(sys);
+            // The critical section: a scheduling point where others may run.
+            let _ = sys.meta_at(&d, OWNER_FILE);
+            leave(sys);
+            let pid = sys.pid();
+            if let Err(e) = protocol::release(&space(sys, &d), held, "sim", pid) {
+                // Only a cleaner may take a lock away (never a held one).
+                report(sys, format!("I9/I1: p{} lost its lock: {e}", sys.slot));
+            }
         }
-        Script::Planter(plant) => {
-            sys.call(&format!("plant {plant:?}"), |st, _| {
-                let d = st.d();
-                if st.lookup(d, LOCK).is_ok() || st.dir_entries(d).is_err() {
-                    return false;
-                }
-                let victim = st.procs.last().map_or(0, |p| p.pid);
-                let record = plant.record(victim, st.no_flock).into_bytes();
-                let lock = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
-                let file = st.new_inode(Node::File(record), 0o600, false);
-                if let Ok(e) = st.dir_entries_mut(lock) {
-                    e.insert(OWNER_FILE.into(), file);
-                }
-                if let Plant::Future = plant {
-                    let ahead = st.mono + Duration::from_secs(3600);
-                    if let Some(i) = st.inodes.get_mut(&lock) {
-                        i.mtime = ahead;
-                    }
-                }
-                st.dir_entries_mut(d)
-                    .is_ok_and(|e| e.insert(LOCK.into(), lock).is_none())
+        Err(e) if e.is_contended() && !recovery => {}
+        Err(Error::Malformed { .. }) if intruded(sys) => {}
+        Err(e) => report(sys, format!("p{} failed to acquire: {e}", sys.slot)),
+    }
+}
+
+/// An observer: three statuses, none of which may fail.
+fn observe(sys: &SimSys, sp: &Space<SimSys>, me: &Identity, grace: Duration) {
+    for _ in 0..3 {
+        let status = sys
+            .list(sp.dir)
+            .map_err(|e| Error::io("list", "/sim", e))
+            .and_then(|entries| {
+                let related = crate::inspect::group(&entries)
+                    .remove(LOCK)
+                    .unwrap_or_default();
+                crate::inspect::status(sp, LOCK, me, grace, &related)
             });
+        match status {
+            Ok(_) => {}
+            Err(Error::Malformed { .. }) if intruded(sys) => {}
+            Err(e) => report(sys, format!("status failed: {e}")),
         }
     }
+}
+
+/// Another user's process makes a bare directory at the lock's name.
+fn intrude(sys: &SimSys) {
+    sys.call("intrude", |st, _| {
+        let d = st.d();
+        if st.lookup(d, LOCK).is_ok() {
+            return false;
+        }
+        let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, true);
+        st.dir_entries_mut(d)
+            .is_ok_and(|e| e.insert(LOCK.into(), ino).is_none())
+    });
+}
+
+/// A lock with a hostile or dead owner's record appears at the lock's name.
+fn plant_lock(sys: &SimSys, plant: Plant) {
+    sys.call(&format!("plant {plant:?}"), |st, _| {
+        let d = st.d();
+        if st.lookup(d, LOCK).is_ok() || st.dir_entries(d).is_err() {
+            return false;
+        }
+        let victim = st.procs.last().map_or(0, |p| p.pid);
+        let record = plant.record(victim, st.no_flock).into_bytes();
+        let lock = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
+        let file = st.new_inode(Node::File(record), 0o600, false);
+        if let Ok(e) = st.dir_entries_mut(lock) {
+            e.insert(OWNER_FILE.into(), file);
+        }
+        if let Plant::Future = plant {
+            let ahead = st.mono + Duration::from_secs(3600);
+            if let Some(i) = st.inodes.get_mut(&lock) {
+                i.mtime = ahead;
+            }
+        }
+        st.dir_entries_mut(d)
+            .is_ok_and(|e| e.insert(LOCK.into(), lock).is_none())
+    });
 }
 
 pub(crate) fn intruded(sys: &SimSys) -> bool {

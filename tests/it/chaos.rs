@@ -117,7 +117,6 @@ fn chaos_worker() {
             .unwrap_or(0);
         let tmp = work.join(format!("counter.{me}"));
         std::fs::write(&tmp, (n + 1).to_string()).unwrap();
-        #[allow(clippy::disallowed_methods)]
         std::fs::rename(&tmp, work.join("counter")).unwrap();
         log(format!("exit {me} {}\n", n + 1));
         let _ = std::fs::remove_file(&marker);

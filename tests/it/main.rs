@@ -1,7 +1,10 @@
 //! The library's integration tests: one binary, one module per concern. Holders in other
 //! processes are this binary again (`holder::hold`), so these tests need no command; the
 //! `dirlock` command's own tests are in `cli/tests`.
-#![allow(clippy::disallowed_methods)] // tests build and tear down fixtures with std::fs
+#![expect(
+    clippy::disallowed_methods,
+    reason = "tests build and tear down fixtures with std::fs"
+)]
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,7 +1,10 @@
 //! The `dirlock` command's integration tests, run for real (through `CARGO_BIN_EXE_dirlock`):
 //! its subcommands and exit statuses, chaos across processes, faults injected by strace,
 //! interoperability with the reference implementation.
-#![allow(clippy::disallowed_methods)] // tests build and tear down fixtures with std::fs
+#![expect(
+    clippy::disallowed_methods,
+    reason = "tests build and tear down fixtures with std::fs"
+)]
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;

@@ -80,7 +80,10 @@ pub(super) fn owned(fd: libc::c_int) -> OwnedFd {
 }
 
 // The field types of `stat` differ by platform; the casts are no-ops on some.
-#[allow(clippy::unnecessary_cast)]
+#[allow(
+    clippy::unnecessary_cast,
+    reason = "the field types of stat differ by platform: these casts are needed on some"
+)]
 fn meta_of(st: &libc::stat) -> Meta {
     let kind = match st.st_mode & libc::S_IFMT {
         libc::S_IFDIR => Kind::Dir,

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::thread::ThreadId;
 
 /// The environment variable that names the locks a process runs under, set by
-/// [`LockGuard::keep_alive_in`] (and so by `dirlock run`): one line per lock,
+/// [`LockGuard::keep_alive_in`](crate::LockGuard::keep_alive_in) (and so by `dirlock run`): one line per lock,
 /// `<holder pid> <dev>:<ino> <lock name>`, where `<dev>:<ino>` identifies the lock directory.
 /// Identities, not path text: the same lock spelled differently (relative, through a symlink,
 /// under a `TMPDIR` with a newline or a byte that is not UTF-8) is still recognised.

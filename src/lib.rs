@@ -118,6 +118,41 @@
 //! or the cancel's eventfd. The pid is cached (and reset in forked children); identity facts
 //! are read once per process.
 //!
+//! # Architecture
+//!
+//! Dependencies run one way, from the platform up; no module imports one that imports it:
+//!
+//! ```text
+//! sys (the System seam: Real = libc, SimSys = the simulation)
+//!  └ space (primitives of a lock directory: observe, read and judge a record, make a candidate,
+//!     │      judge a candidate's creator, remove a tree)          liveness, owner, paths, options
+//!     ├ reclaim (a dead owner's lock retired under NAME.reclaim; the operator's unlock)
+//!     │  └ protocol (acquire = stage → contend → publish; release)
+//!     │     ├ protocol::stage (candidate, record, refresh, publish)
+//!     │     └ protocol::contend (judge the holder, then wait, reclaim or give up)
+//!     ├ sweep (tombstones and dead creators' candidates)
+//!     └ inspect (status, without changing anything)
+//! lockdir (the private lock directory, re-created if removed) · held (the in-process registry,
+//!   DIRLOCK_HELD) · guard (LockGuard) · request (LockRequest) · locks (Locks, closure helpers)
+//! ```
+//!
+//! One acquisition: `LockRequest::acquire` (request) resolves the name, checks the registry
+//! (held), and runs `protocol::acquire` in the current lock directory (lockdir); that stages a
+//! candidate (stage, through space), then `contend` publishes it; on losing, it observes and
+//! judges the holder (space, liveness) and waits for it, reclaims from it (reclaim) or gives
+//! up at the deadline; the won lock becomes a `LockGuard` (guard), whose release runs
+//! `protocol::release`.
+//!
+//! Every change to lock state goes through the `System` trait (module `sys`), relative to the
+//! lock directory's handle; nothing else touches the filesystem's mutating calls (a lint
+//! refuses them). The same protocol code runs over `sys::Real` and over the simulation
+//! (`sim`, tests and the `sim` feature), whose model filesystem and scheduler interleave
+//! processes at every system call. The evidence (README, *Evidence*): unit tests and the
+//! simulation in `src/` (`cargo test --lib`), integration tests of the library in `tests/it/`
+//! (real processes, crashes, faults, chaos) and of the command in `cli/tests/it/`
+//! (interoperability with the reference implementation included), fuzz targets in `fuzz/`,
+//! benchmarks in `benches/`, and deliberate breaks in `.ci/mutants.py`.
+//!
 //! # Limits
 //!
 //! - The temporary directory, and every directory above it (or above a lock directory of your

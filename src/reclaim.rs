@@ -10,11 +10,9 @@
 //! guard without the marker (the reference implementation makes bare `mkdir` guards and holds
 //! no `flock`) is respected until it is older than the grace period.
 //!
-//! (`PROTOCOL.md` makes the guard with `mkdir` in place and removes its marker, then its
-//! directory. A process SIGKILLed between the `mkdir` and the marker, or between the two
-//! removals, left an unmarked guard that wedged every later reclaim for the grace period; the
-//! library chaos soak hit it, and the simulation now checks for it. `mkdir` in place remains
-//! only where the filesystem has no no-replace rename.)
+//! Where the filesystem has no no-replace rename, the guard is made with `mkdir` in place, as
+//! `PROTOCOL.md` describes; a crash between that `mkdir` and the marker then leaves an
+//! unmarked guard, respected for the grace period like a foreign one.
 
 use crate::error::Error;
 use crate::options::{Ages, Backoff};

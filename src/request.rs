@@ -41,6 +41,21 @@ pub(crate) enum Target {
 /// guard.release()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A request owns a shared handle of its lock directory: it can be built in one place and
+/// kept, returned or moved into another thread, without the [`Locks`](crate::Locks) it came
+/// from.
+///
+/// ```
+/// # let tmp = tempfile::tempdir()?;
+/// let request = {
+///     let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+///     locks.named_lock("deploy.lock").purpose("deploy")
+/// }; // `locks` is gone; the request keeps the directory
+/// let worker = std::thread::spawn(move || request.run(|| Ok::<_, dirlock::Error>(42)));
+/// assert_eq!(worker.join().unwrap()?, 42);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 #[must_use = "a request does nothing until acquire() or run()"]
 pub struct LockRequest {
@@ -244,7 +259,7 @@ impl LockRequest {
     ///
     /// # Errors
     ///
-    /// As [`Locks::with_repository_lock`].
+    /// As [`Locks::with_repository_lock`](crate::Locks::with_repository_lock).
     pub fn run<T, E, F>(self, f: F) -> Result<T, E>
     where
         F: FnOnce() -> Result<T, E>,

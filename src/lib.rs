@@ -120,7 +120,8 @@
 //!
 //! # Architecture
 //!
-//! Dependencies run one way, from the platform up; no module imports one that imports it:
+//! Dependencies run one way, from the platform up; no module of the crate imports one that
+//! imports it (inside `sys` and `sim`, submodules share their parent's helpers):
 //!
 //! ```text
 //! sys (the System seam: Real = libc, SimSys = the simulation)

@@ -49,7 +49,7 @@ impl Locks {
         if !temp.is_absolute() {
             return Err(Error::Unsafe {
                 problem: format!(
-                    "{var} is a relative path, so the lock namespace would depend on the working directory and processes working in different directories would both get the same lock"
+                    "{var} is a relative path, so the lock namespace would depend on the working directory: processes in different directories would each take the same lock in a namespace of their own, and run at once"
                 ),
                 fix: format!("set {var} to an absolute path"),
                 path: temp,
@@ -104,7 +104,9 @@ impl Locks {
     }
 
     /// The lock for the repository (or any directory tree) at `root`, named after its real
-    /// path. Fails fast by default ([`Wait::Immediately`]).
+    /// path. Fails fast by default ([`Wait::Immediately`]). A relative `root` is resolved when
+    /// the request is used (acquired, inspected), against the working directory then: give an
+    /// absolute path to a request that is kept or moved while the working directory changes.
     pub fn repository_lock(&self, root: impl AsRef<Path>) -> LockRequest {
         LockRequest::new(
             self.inner.clone(),

@@ -181,7 +181,7 @@ pub(crate) struct Selector {
 /// Which lock directory.
 #[derive(Args, Debug)]
 pub(crate) struct Place {
-    /// Lock namespace <temp dir>/<NAME>-<uid>/operation-locks (temp dir from TMPDIR). `--app
+    /// Lock namespace `<temp dir>/<NAME>-<uid>/operation-locks` (temp dir from TMPDIR). `--app
     /// apnea` addresses the reference implementation's locks. Default: dirlock.
     #[arg(long, value_name = "NAME", conflicts_with = "dir")]
     pub(crate) app: Option<String>,

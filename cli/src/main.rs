@@ -12,7 +12,7 @@ use clap::{CommandFactory, Parser};
 use dirlock::text::{escape, path as shown};
 use dirlock::{Error, Unlocked};
 use run::{run, RunOptions};
-use say::{emit, explain, say, Failure};
+use say::{emit, say, Failure};
 use select::{configure, open, select};
 use status::status;
 use std::fmt::Write as _;
@@ -126,7 +126,7 @@ fn unlock(sel: &Selector, force: bool) -> Result<ExitCode, Failure> {
         Error::Locked { .. } => Failure(
             format!(
                 "{}; `dirlock unlock` removes only a lock whose owner is dead",
-                explain(&e)
+                e.facts()
             ),
             EX_TEMPFAIL,
         ),

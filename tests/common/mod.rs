@@ -70,7 +70,10 @@ pub fn plant(dir: &Path, name: &str, record: &str, age: Duration) -> PathBuf {
 
 pub fn set_age(path: &Path, age: Duration) {
     let f = std::fs::File::open(path).unwrap();
-    f.set_modified(SystemTime::now() - age).unwrap();
+    // Both times: bindfs ignores a change of the modification time alone.
+    let t = SystemTime::now() - age;
+    f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
+        .unwrap();
 }
 
 pub fn mode(path: &Path) -> u32 {

@@ -141,7 +141,10 @@ fn waiters_survive_the_lock_directory_being_removed() {
             .unwrap();
         std::fs::remove_dir_all(fx.dir().join(candidate)).unwrap();
         std::thread::sleep(Duration::from_millis(50));
-        std::fs::remove_dir_all(fx.dir()).unwrap();
+        // The waiter stages again meanwhile: like `rm -rf`, retry until the directory is gone.
+        assert!(eventually(Duration::from_secs(20), || {
+            std::fs::remove_dir_all(fx.dir()).is_ok()
+        }));
         let g = waiter
             .join()
             .unwrap()

@@ -208,7 +208,9 @@ fn chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u64) -> O
         let path = entry.unwrap().path();
         if path.to_string_lossy().contains(".candidate.") {
             let _ = std::fs::File::open(&path).and_then(|f| {
-                f.set_modified(std::time::SystemTime::now() - Duration::from_secs(11))
+                // Both times: bindfs ignores a change of the modification time alone.
+                let t = std::time::SystemTime::now() - Duration::from_secs(11);
+                f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
             });
         }
     }

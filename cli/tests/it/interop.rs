@@ -527,7 +527,8 @@ fn exclusion_holds_across_both_with_killed_wrappers() {
             std::thread::sleep(Duration::from_millis(40));
             if lock.exists() {
                 let _ = std::fs::File::open(&lock).and_then(|f| {
-                    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(61))
+                    let t = std::time::SystemTime::now() - Duration::from_secs(61);
+                    f.set_times(std::fs::FileTimes::new().set_accessed(t).set_modified(t))
                 });
             }
             rng ^= rng << 13;

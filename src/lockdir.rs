@@ -183,7 +183,11 @@ fn open_origin(origin: &Origin, uid: u32) -> Result<(OwnedFd, PathBuf), Error> {
                 _ => {
                     return Err(Error::InvalidInput {
                         what: format!("lock directory {}", path.display()),
-                        problem: "it must end in a UTF-8 directory name".into(),
+                        problem: if path.parent().is_none() {
+                            "the root directory cannot be a lock directory: name a directory of your own for your locks".into()
+                        } else {
+                            "it must end in a UTF-8 directory name".into()
+                        },
                     })
                 }
             };

@@ -83,8 +83,14 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
 
 /// `dirlock completions SHELL`.
 fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failure> {
+    // Hidden subcommands (the test helper `hold`) are left out, as they are from `--help`.
+    let full = Cli::command();
+    let mut visible = clap::Command::new("dirlock")
+        .version(env!("CARGO_PKG_VERSION"))
+        .disable_help_subcommand(true)
+        .subcommands(full.get_subcommands().filter(|c| !c.is_hide_set()).cloned());
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "dirlock", &mut out);
+    clap_complete::generate(shell, &mut visible, "dirlock", &mut out);
     emit(&String::from_utf8_lossy(&out))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -668,6 +668,23 @@ fn hold_is_hidden_and_completions_and_the_manual_come_from_the_same_definitions(
         .output()
         .unwrap();
     assert!(zsh.status.success() && text(&zsh.stdout).contains("#compdef dirlock"));
+    // The hidden test helper is not offered for completion either.
+    for shell in ["bash", "zsh", "fish"] {
+        let out = text(
+            &Command::new(BIN)
+                .args(["completions", shell])
+                .output()
+                .unwrap()
+                .stdout,
+        );
+        let words: Vec<&str> = out
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .collect();
+        assert!(
+            words.contains(&"unlock") && !words.contains(&"hold"),
+            "{shell}: {out}"
+        );
+    }
     let man = text(&Command::new(BIN).arg("man").output().unwrap().stdout);
     assert!(
         man.contains(".TH dirlock 1") && man.contains("dirlock\\-run(1)"),

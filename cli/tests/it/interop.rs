@@ -60,23 +60,39 @@ fn prepare() -> Result<PathBuf, String> {
             r#"{"name":"dirlock-interop","private":true,"type":"module"}"#,
         )
         .unwrap();
-        let out = Command::new("npm")
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--silent",
-                "tsx@4",
-                "effect@4",
-            ])
-            .current_dir(&dir)
-            .output()
-            .map_err(|e| format!("npm: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "tsx and effect from the npm registry (npm install failed: {})",
-                String::from_utf8_lossy(&out.stderr).trim_end()
-            ));
+        // Bounded: a registry request that hangs must not hang the suite. The cache is used
+        // when it has the packages; npm's own messages go to a file (no pipe to fill).
+        let log = dir.join("npm.log");
+        let mut npm = ChildGuard::spawn(
+            Command::new("npm")
+                .args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-update-notifier",
+                    "--prefer-offline",
+                    "--fetch-timeout=60000",
+                    "--fetch-retries=2",
+                    "--silent",
+                    "tsx@4",
+                    "effect@4",
+                ])
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).map_err(|e| format!("npm.log: {e}"))?),
+        );
+        let failed = |why: String| {
+            let said = std::fs::read_to_string(&log).unwrap_or_default();
+            Err(format!(
+                "tsx and effect from the npm registry (npm install {why}: {})",
+                said.trim_end()
+            ))
+        };
+        match npm.wait_for(Duration::from_secs(300)) {
+            Some(status) if status.success() => {}
+            Some(status) => return failed(format!("failed, {status}")),
+            None => return failed("did not finish within 300 s".into()),
         }
     }
     std::fs::write(services.join("operation-lock.ts"), source).unwrap();

@@ -136,7 +136,13 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u
                 .args(["--exact", "chaos::chaos_worker", "--ignored", "--quiet"])
                 .env("CHAOS_WORKER_DIR", &work)
                 .stdout(Stdio::null())
-                .stderr(Stdio::null()),
+                .stderr(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(work.join("stderr"))
+                        .unwrap(),
+                ),
         )
     };
     let mut children: Vec<ChildGuard> = (0..workers).map(|_| spawn()).collect();
@@ -199,7 +205,11 @@ fn library_chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u
     std::fs::write(work.join("stop"), "").unwrap();
     for mut c in children {
         let status = c.0.wait().unwrap();
-        assert!(status.success(), "a worker failed: {status}");
+        assert!(
+            status.success(),
+            "a worker failed: {status}; what the workers said: {}",
+            std::fs::read_to_string(work.join("stderr")).unwrap_or_default()
+        );
     }
     let (entered, exits) = check_log(&work);
     let counter: u64 = std::fs::read_to_string(work.join("counter"))

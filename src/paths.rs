@@ -314,11 +314,4 @@ mod tests {
             check_names(&name);
         }
     }
-
-    #[test]
-    fn start_time_is_field_22_even_with_odd_command_names() {
-        let line = "4242 (we ird) (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
-        assert_eq!(crate::sys::parse_start_time_for_tests(line), Some(987654));
-        assert_eq!(crate::sys::parse_start_time_for_tests("garbage"), None);
-    }
 }

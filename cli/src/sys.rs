@@ -1,6 +1,12 @@
 //! The one place where the command meets the operating system beyond the library: signal
-//! plumbing for `dirlock run` (blocking, receiving and forwarding SIGINT, SIGTERM and SIGHUP)
-//! and tying the command's life to ours. All `unsafe` and `libc` of the command live here.
+//! plumbing for `dirlock run` (receiving and forwarding SIGINT, SIGTERM and SIGHUP) and tying
+//! the command's life to ours. All `unsafe` and `libc` of the command live here.
+//!
+//! | | receiving signals | who sent one | the command dies with us |
+//! | --- | --- | --- | --- |
+//! | Linux | blocked, `sigwaitinfo` in a thread | `si_code <= 0`: a process | `PR_SET_PDEATHSIG` |
+//! | FreeBSD | blocked, `sigwaitinfo` in a thread | `SI_USER`, `SI_QUEUE`, `SI_LWP` | `PROC_PDEATHSIG_CTL` |
+//! | macOS | an `SA_SIGINFO` handler writes to a pipe that a thread reads | `si_pid != 0` or `SI_USER` | no such facility |
 #![allow(unsafe_code)]
 
 use std::io;
@@ -30,26 +36,35 @@ fn forwarded_set() -> libc::sigset_t {
     set
 }
 
-/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and every thread it starts later),
-/// so that they can be received with `sigwait` by [`on_signals`]. Call it first thing in
-/// `main`, before any thread exists. Children inherit the mask: spawn them with
+/// Makes SIGINT, SIGTERM and SIGHUP reach [`on_signals`] rather than their default actions.
+/// Call it first thing in `main`, before any thread exists. Spawn children with
 /// [`unblock_forwarded_in_child`].
+///
+/// Where `sigwaitinfo` exists (Linux, FreeBSD) the signals are blocked in the calling thread
+/// (and every thread it starts later) and a thread of [`on_signals`] takes them. On macOS a
+/// handler records each one (signal and sender) in a pipe that the thread reads.
 ///
 /// # Errors
 ///
-/// When `pthread_sigmask` fails.
+/// When `pthread_sigmask` fails (or, on macOS, the pipe or `sigaction`).
 pub fn block_forwarded_signals() -> io::Result<()> {
-    let set = forwarded_set();
-    // SAFETY: `set` is initialized; the old mask is not wanted (null).
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
+    #[cfg(not(target_os = "macos"))]
+    {
+        let set = forwarded_set();
+        // SAFETY: `set` is initialized; the old mask is not wanted (null).
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
     }
-    Ok(())
+    #[cfg(target_os = "macos")]
+    handler::install()
 }
 
 /// Makes the child that `cmd` spawns start with the forwarded signals unblocked again (a
-/// spawned child inherits the signal mask, and [`block_forwarded_signals`] changed ours).
+/// spawned child inherits the signal mask, and [`block_forwarded_signals`] changed ours; a
+/// handler is reset by `exec` on its own).
 pub fn unblock_forwarded_in_child(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     let set = forwarded_set();
@@ -67,12 +82,12 @@ pub fn unblock_forwarded_in_child(cmd: &mut std::process::Command) {
     }
 }
 
-/// Starts a thread that receives every SIGINT, SIGTERM and SIGHUP (which must be blocked in
-/// every thread: see [`block_forwarded_signals`]) and calls `handler(signal, from_process)`,
-/// where `from_process` says whether another process sent it with `kill` (rather than the
-/// kernel, for a terminal's Ctrl-C or hangup, which reaches the whole foreground process
-/// group).
+/// Starts a thread that receives every SIGINT, SIGTERM and SIGHUP (see
+/// [`block_forwarded_signals`]) and calls `handler(signal, from_process)`, where
+/// `from_process` says whether another process sent it with `kill` (rather than the kernel,
+/// for a terminal's Ctrl-C or hangup, which reaches the whole foreground process group).
 pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
+    #[cfg(not(target_os = "macos"))]
     std::thread::spawn(move || {
         let set = forwarded_set();
         loop {
@@ -83,10 +98,97 @@ pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
             if sig < 0 {
                 continue; // EINTR
             }
-            // si_code <= 0: sent by a process (SI_USER, SI_QUEUE, SI_TKILL); > 0: the kernel.
-            handler(sig, info.si_code <= 0);
+            handler(sig, sent_by_process(&info));
         }
     });
+    #[cfg(target_os = "macos")]
+    std::thread::spawn(move || {
+        while let Some((sig, from_process)) = handler::next() {
+            handler(sig, from_process);
+        }
+    });
+}
+
+/// Whether a signal was sent by a process (`kill`, `sigqueue`, `tkill`) rather than by the
+/// kernel: on Linux (and NetBSD, OpenBSD) those are the codes `<= 0` (Linux: `SI_USER` 0,
+/// `SI_QUEUE` -1, `SI_TKILL` -6).
+#[cfg(not(any(target_os = "freebsd", target_os = "macos")))]
+fn sent_by_process(info: &libc::siginfo_t) -> bool {
+    info.si_code <= 0
+}
+
+/// Whether a signal was sent by a process: FreeBSD's `SI_USER` (`kill`), `SI_QUEUE`
+/// (`sigqueue`) and `SI_LWP` (`thr_kill`); a terminal's signals come as `SI_KERNEL`.
+#[cfg(target_os = "freebsd")]
+fn sent_by_process(info: &libc::siginfo_t) -> bool {
+    const SI_USER: libc::c_int = 0x10001;
+    const SI_QUEUE: libc::c_int = 0x10002;
+    const SI_LWP: libc::c_int = 0x10007;
+    matches!(info.si_code, SI_USER | SI_QUEUE | SI_LWP)
+}
+
+/// macOS has no `sigwaitinfo`: a handler writes each forwarded signal and whether a process
+/// sent it (two bytes, atomically) to a pipe, and the signal thread reads them in order.
+#[cfg(target_os = "macos")]
+mod handler {
+    use super::{check, FORWARDED};
+    use std::io;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// The pipe's write end, for the handler (-1 until installed).
+    static WRITE: AtomicI32 = AtomicI32::new(-1);
+    /// The pipe's read end, for the signal thread.
+    static READ: AtomicI32 = AtomicI32::new(-1);
+
+    extern "C" fn record(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // A process that sends with `kill` is named in si_pid (and macOS marks it SI_USER); the
+        // kernel's signals (a terminal's) name none.
+        const SI_USER: libc::c_int = 0x10001;
+        // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+        let from_process = unsafe { (*info).si_pid != 0 || (*info).si_code == SI_USER };
+        let record = [sig as u8, u8::from(from_process)];
+        // SAFETY: write is async-signal-safe; two bytes from a live array to our pipe (a full
+        // pipe, thousands of pending signals, drops this one).
+        unsafe { libc::write(WRITE.load(Ordering::Relaxed), record.as_ptr().cast(), 2) };
+    }
+
+    pub(super) fn install() -> io::Result<()> {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` is a valid array of two descriptors for pipe to fill.
+        check(unsafe { libc::pipe(fds.as_mut_ptr()) })?;
+        for fd in fds {
+            // SAFETY: both descriptors are open and ours.
+            check(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) })?;
+        }
+        // SAFETY: the write end is open and ours; a handler must never block.
+        check(unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) })?;
+        READ.store(fds[0], Ordering::Relaxed);
+        WRITE.store(fds[1], Ordering::Relaxed);
+        for sig in FORWARDED {
+            // SAFETY: sigaction is plain data; all-zero (an empty mask) is valid.
+            let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+            action.sa_sigaction = record as *const () as libc::sighandler_t;
+            action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            // SAFETY: `action` is initialized and the handler only calls write.
+            check(unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) })?;
+        }
+        Ok(())
+    }
+
+    /// The next recorded signal, waiting for one; `None` if the pipe fails.
+    pub(super) fn next() -> Option<(i32, bool)> {
+        let mut record = [0u8; 2];
+        loop {
+            // SAFETY: reads two bytes into a live array from the pipe's read end.
+            let n =
+                unsafe { libc::read(READ.load(Ordering::Relaxed), record.as_mut_ptr().cast(), 2) };
+            match n {
+                2 => return Some((i32::from(record[0]), record[1] != 0)),
+                -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+                _ => return None,
+            }
+        }
+    }
 }
 
 /// Sends `sig` to process `pid` (at worst the pid is gone and nothing happens).
@@ -99,19 +201,32 @@ pub fn send_signal(pid: u32, sig: i32) {
 
 /// Makes the child that `cmd` spawns die (`SIGKILL`) when this process dies, however it dies:
 /// the kernel sends the signal when the spawning thread exits (Linux `PR_SET_PDEATHSIG`; spawn
-/// from the thread that lives as long as the process). A parent that died before the setting
-/// took effect is caught by checking the parent pid after it. Elsewhere this does nothing.
+/// from the thread that lives as long as the process) or when this process exits (FreeBSD
+/// `PROC_PDEATHSIG_CTL`). A parent that died before the setting took effect is caught by
+/// checking the parent pid after it. macOS has no such facility: there this does nothing, and
+/// the command of a `dirlock run` killed with SIGKILL runs on (holding the beacon, unless `-o`).
 pub fn die_with_parent(cmd: &mut std::process::Command) {
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "freebsd"))]
     {
         use std::os::unix::process::CommandExt;
         // SAFETY: getpid has no preconditions and cannot fail.
         let parent = unsafe { libc::getpid() };
-        // SAFETY: the closure runs in the child between fork and exec and only calls prctl,
-        // getppid and raise, which are async-signal-safe.
+        // SAFETY: the closure runs in the child between fork and exec and only calls prctl or
+        // procctl, getppid and raise, which are async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
+                #[cfg(target_os = "linux")]
                 check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
+                #[cfg(target_os = "freebsd")]
+                {
+                    let mut signal = libc::SIGKILL;
+                    check(libc::procctl(
+                        libc::P_PID,
+                        0,
+                        libc::PROC_PDEATHSIG_CTL,
+                        (&mut signal as *mut libc::c_int).cast(),
+                    ))?;
+                }
                 if libc::getppid() != parent {
                     libc::raise(libc::SIGKILL);
                 }
@@ -119,6 +234,6 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
             });
         }
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
     let _ = cmd;
 }

@@ -24,8 +24,9 @@ const SPIN_ROUNDS: u32 = 8;
 /// The evidence a wait for a live holder watches, besides the lock directory itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Evidence {
-    /// The holder's beacon `flock`.
-    Beacon,
+    /// The holder's beacon `flock`, and the pid its record names (for a platform that cannot
+    /// see a beacon let go, and watches that process's exit instead).
+    Beacon(Option<u32>),
     /// The holder's pid (a pid-judged holder: no beacon).
     Pid(u32),
     /// Nothing but the directory (an owner that cannot be judged from here, or a dead one
@@ -193,7 +194,7 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
         // (another host or namespace) is waited for by its directory alone: its beacon and pid
         // mean nothing here, and re-probing them would spin.
         let evidence = match judgement.liveness {
-            Liveness::Live if owner.has_beacon() => Evidence::Beacon,
+            Liveness::Live if owner.has_beacon() => Evidence::Beacon(Some(owner.pid)),
             Liveness::Live => Evidence::Pid(owner.pid),
             _ => Evidence::Nothing,
         };
@@ -218,7 +219,7 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
                 problem: format!("{problem}, and a process holds a lock on it"),
             }));
         }
-        c.last_watch = self.wait(&dir, meta.id, Evidence::Beacon, None)?;
+        c.last_watch = self.wait(&dir, meta.id, Evidence::Beacon(None), None)?;
         c.last_seen = Some(dir);
         Ok(())
     }
@@ -348,7 +349,7 @@ fn wait_for_change<S: System>(
     until: Option<Duration>,
 ) -> Result<Option<S::Watch>, Error> {
     let (sp, name, cancel) = (k.sp, k.req.name, k.cancel());
-    if evidence == Evidence::Beacon && cancel.is_none() && until.is_none() {
+    if matches!(evidence, Evidence::Beacon(_)) && cancel.is_none() && until.is_none() {
         // An unbounded wait on a beacon holder: sleep in the kernel's own lock handoff. The
         // holder's release unlocks the beacon explicitly (for every copy a fork made of it),
         // and its death closes it, so either wakes us.
@@ -358,11 +359,12 @@ fn wait_for_change<S: System>(
             Err(e) => return Err(sp.io("wait for the lock", name, e)),
         }
     }
-    let pid = match evidence {
-        Evidence::Pid(p) => Some(p),
-        _ => None,
+    let (pid, beacon) = match evidence {
+        Evidence::Beacon(pid) => (pid, true),
+        Evidence::Pid(pid) => (Some(pid), false),
+        Evidence::Nothing => (None, false),
     };
-    let watch = sp.sys.watch(dir, pid).unwrap_or(None);
+    let watch = sp.sys.watch(dir, pid, beacon).unwrap_or(None);
     let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
     let start = sp.sys.monotonic();
     let mut spurious = 0u32;
@@ -410,7 +412,7 @@ fn changed<S: System>(
     let moved = sp.sys.meta_at(sp.dir, name).map_or(true, |m| m.id != id);
     moved
         || match evidence {
-            Evidence::Beacon => sp.sys.try_lock(dir, false).unwrap_or(false),
+            Evidence::Beacon(_) => sp.sys.try_lock(dir, false).unwrap_or(false),
             Evidence::Pid(p) => sp.sys.process_alive(p) == Some(false),
             Evidence::Nothing => false,
         }

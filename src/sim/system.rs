@@ -465,7 +465,12 @@ impl System for SimSys {
             .map(|s| st.procs[s].start)
     }
 
-    fn watch(&self, lock: &SimDir, _pid: Option<u32>) -> io::Result<Option<(Ino, u64)>> {
+    fn watch(
+        &self,
+        lock: &SimDir,
+        _pid: Option<u32>,
+        _beacon: bool,
+    ) -> io::Result<Option<(Ino, u64)>> {
         let st = self.world.lock();
         let ino = self.ino(&st, lock)?;
         Ok(Some((ino, st.inodes.get(&ino).map_or(0, |i| i.epoch))))

@@ -2,8 +2,9 @@
 //!
 //! The protocol ([`crate::protocol`], [`crate::reclaim`]) is written against the [`System`]
 //! trait below: the few filesystem, clock and process operations it needs, every filesystem
-//! operation relative to an open directory handle. [`Real`] implements it with `libc` (all
-//! `unsafe` in the crate lives in this module's children); a deterministic simulation can
+//! operation relative to an open directory handle. [`Real`] implements it with `libc` on Unix,
+//! one module per platform under `unix` (all `unsafe` in the crate lives in this module's
+//! children); a deterministic simulation can
 //! implement it over an in-memory model and run the very same protocol code. The protocol is
 //! generic over the trait, so the seam is resolved at compile time and costs nothing.
 
@@ -14,8 +15,6 @@ use std::time::{Duration, SystemTime};
 mod unix;
 
 pub(crate) use unix::keep_open_in_child;
-#[cfg(test)]
-pub(crate) use unix::parse_start_time as parse_start_time_for_tests;
 pub use unix::{CancelHandle, Real};
 
 /// The identity of a file: device and inode number.
@@ -215,10 +214,17 @@ pub trait System {
     /// The start time of process `pid`, if readable.
     fn start_time(&self, pid: u32) -> Option<u64>;
 
-    /// Registers interest in lock directory `lock` (its beacon's release, its rename or
-    /// removal) and, if given, in the exit of process `pid`. `Ok(None)` when the system offers
-    /// no way to be woken; the caller then backs off.
-    fn watch(&self, lock: &Self::Dir, pid: Option<u32>) -> io::Result<Option<Self::Watch>>;
+    /// Registers interest in lock directory `lock`: its rename or removal, its beacon's release
+    /// (or the death of whoever held it) when `beacon`, and the exit of process `pid` when given:
+    /// the holder a pid-judged lock waits on, or the beacon holder's recorded pid, which a
+    /// platform that cannot see the beacon let go (macOS: kqueue reports no close) watches
+    /// instead. `Ok(None)` when the system offers no way to be woken; the caller then backs off.
+    fn watch(
+        &self,
+        lock: &Self::Dir,
+        pid: Option<u32>,
+        beacon: bool,
+    ) -> io::Result<Option<Self::Watch>>;
     /// Sleeps until `watch` fires, `timeout` passes (`None`: no timeout), or `cancel` fires.
     fn sleep(
         &self,

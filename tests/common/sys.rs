@@ -28,11 +28,21 @@ pub fn owned(cmd: &mut Command) -> &mut Command {
     let parent = std::process::id();
     cmd.process_group(0);
     // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-    // (prctl, getppid, signal, _exit) and allocates nothing.
+    // (prctl or procctl, getppid, signal, _exit) and allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // (macOS has no death signal: there a child outlives an interrupted test binary.)
+            #[cfg(target_os = "linux")]
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            #[cfg(target_os = "freebsd")]
+            {
+                let mut sig = libc::SIGKILL;
+                let data = (&mut sig as *mut libc::c_int).cast();
+                if libc::procctl(libc::P_PID, 0, libc::PROC_PDEATHSIG_CTL, data) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             // The parent died before the prctl: no one would kill us.
             if libc::getppid() as u32 != parent {

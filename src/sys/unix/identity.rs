@@ -1,35 +1,8 @@
-//! Who this process is: pid (cached across forks), process start time, boot id, host name,
-//! pid namespace and uid, read from the kernel.
+//! Who this process is: pid (cached across forks), host name and uid here, and the process
+//! start time, boot id and pid namespace from the platform's module.
 
-use super::{read_to_limit, Identity};
+use super::{platform, Identity};
 use std::sync::atomic::Ordering;
-
-/// A small text file of the kernel's (`/proc`), or `None`.
-fn read_small(path: &str) -> Option<String> {
-    let bytes = read_to_limit(std::fs::File::open(path).ok()?, 4096).ok()?;
-    String::from_utf8(bytes).ok()
-}
-
-/// The target of a symbolic link of the kernel's (`/proc/self/ns/pid`), or `None`.
-fn read_link(path: &str) -> Option<String> {
-    std::fs::read_link(path)
-        .ok()?
-        .into_os_string()
-        .into_string()
-        .ok()
-}
-
-/// Field 22 (`starttime`) of `/proc/<pid>/stat`.
-pub(super) fn proc_start_time(pid: u32) -> Option<u64> {
-    parse_start_time(&read_small(&format!("/proc/{pid}/stat"))?)
-}
-
-/// Parses field 22 out of a `/proc/<pid>/stat` line; the command name (field 2) may hold spaces
-/// and parentheses, so fields are counted from the last `)`.
-pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
-}
 
 fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
@@ -78,10 +51,10 @@ pub(super) fn read_identity() -> Identity {
     let pid = getpid();
     Identity {
         pid,
-        start_time: proc_start_time(pid),
-        boot_id: read_small("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_owned()),
+        start_time: platform::start_time(pid),
+        boot_id: platform::boot_id(),
         host: hostname(),
-        pid_namespace: read_link("/proc/self/ns/pid"),
+        pid_namespace: platform::pid_namespace(),
         uid: geteuid(),
     }
 }

@@ -1,15 +1,44 @@
-//! The real [`System`]: `libc` calls, Linux first. Other Unixes compile with fallbacks (plain
-//! `rename` verified by the caller, backoff instead of kernel wake-ups) until they get their own
-//! tuned code here.
+//! The real [`System`] on Unix: `libc` calls. What every Unix shares is here; what differs
+//! (the no-replace rename, the process start time, the boot identity, and the kernel's
+//! wake-ups) is in one module per platform:
+//!
+//! | | no-replace rename | start time | boot identity | waiting |
+//! | --- | --- | --- | --- | --- |
+//! | [`linux`] | `renameat2(RENAME_NOREPLACE)` | `/proc/<pid>/stat` | `boot_id` | inotify, pidfd |
+//! | [`apple`] (macOS) | `renameatx_np(RENAME_EXCL)` | `proc_pidinfo` | `kern.bootsessionuuid` | [`kqueue`] |
+//! | [`freebsd`] | none: plain `rename`, checked | `sysctl(KERN_PROC_PID)` | none | [`kqueue`] |
+//! | [`other`] | none | none | none | backoff |
+//!
+//! Each platform module offers the same few items: `rename_exclusive`, `start_time`,
+//! `boot_id`, `pid_namespace`, and a `Watch` with `watch`, `Watch::fds` and `Watch::woken`.
 #![allow(unsafe_code)]
 
 mod identity;
 mod wait;
 
-#[cfg(test)]
-pub(crate) use identity::parse_start_time;
-use identity::{getpid, proc_start_time, read_identity};
-pub use wait::{CancelHandle, Watch};
+#[cfg(target_os = "macos")]
+pub(crate) mod apple;
+#[cfg(target_os = "freebsd")]
+pub(crate) mod freebsd;
+#[cfg(any(target_os = "macos", target_os = "freebsd"))]
+pub(crate) mod kqueue;
+#[cfg(target_os = "linux")]
+pub(crate) mod linux;
+#[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
+pub(crate) mod other;
+
+#[cfg(target_os = "macos")]
+use apple as platform;
+#[cfg(target_os = "freebsd")]
+use freebsd as platform;
+#[cfg(target_os = "linux")]
+use linux as platform;
+#[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
+use other as platform;
+
+use identity::{getpid, read_identity};
+pub use platform::Watch;
+pub use wait::CancelHandle;
 
 use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::ffi::{CStr, CString};
@@ -47,6 +76,24 @@ pub(super) fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     } else {
         Ok(ret)
     }
+}
+
+/// A small text file of the kernel's (`/proc`), or `None`.
+#[cfg_attr(
+    not(target_os = "linux"),
+    expect(dead_code, reason = "only Linux reads the kernel's facts from files")
+)]
+fn read_small(path: &str) -> Option<String> {
+    let bytes = read_to_limit(std::fs::File::open(path).ok()?, 4096).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// The error of a filesystem (or kernel) without a no-replace rename.
+fn no_exclusive_rename() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this filesystem has no no-replace rename",
+    )
 }
 
 /// Retries a call interrupted by a signal.
@@ -91,12 +138,12 @@ fn meta_of(st: &libc::stat) -> Meta {
         libc::S_IFLNK => Kind::Symlink,
         _ => Kind::Other,
     };
+    #[cfg(target_os = "netbsd")]
+    let nsec = st.st_mtimensec;
+    #[cfg(not(target_os = "netbsd"))]
+    let nsec = st.st_mtime_nsec;
     let mtime = if st.st_mtime >= 0 {
-        UNIX_EPOCH
-            + Duration::new(
-                st.st_mtime as u64,
-                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
-            )
+        UNIX_EPOCH + Duration::new(st.st_mtime as u64, nsec.clamp(0, 999_999_999) as u32)
     } else {
         UNIX_EPOCH
     };
@@ -335,48 +382,7 @@ impl System for Real {
     }
 
     fn rename_exclusive(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
-        let unsupported = || {
-            io::Error::new(
-                io::ErrorKind::Unsupported,
-                "this filesystem has no no-replace rename",
-            )
-        };
-        #[cfg(target_os = "linux")]
-        {
-            let (f, t) = (cstr(from)?, cstr(to)?);
-            loop {
-                // SAFETY: both names are NUL-terminated and relative to the open directory
-                // `at`; renameat2 takes no pointers beyond them.
-                let ret = unsafe {
-                    libc::syscall(
-                        libc::SYS_renameat2,
-                        at.as_raw_fd(),
-                        f.as_ptr(),
-                        at.as_raw_fd(),
-                        t.as_ptr(),
-                        libc::RENAME_NOREPLACE,
-                    )
-                };
-                if ret == 0 {
-                    return Ok(());
-                }
-                let e = io::Error::last_os_error();
-                match e.raw_os_error() {
-                    // Interrupted (NFS `intr` mounts): try again. Had the rename happened, the
-                    // retry fails and the caller checks whether the target is its own.
-                    Some(libc::EINTR) => continue,
-                    // The kernel or this filesystem does not know the flag (asked again next
-                    // time: another filesystem may know it).
-                    Some(libc::EINVAL) | Some(libc::ENOSYS) => return Err(unsupported()),
-                    _ => return Err(e),
-                }
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        {
-            let _ = (at, from, to);
-            Err(unsupported())
-        }
+        platform::rename_exclusive(at, from, to)
     }
 
     fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
@@ -472,11 +478,11 @@ impl System for Real {
     }
 
     fn start_time(&self, pid: u32) -> Option<u64> {
-        proc_start_time(pid)
+        platform::start_time(pid)
     }
 
-    fn watch(&self, lock: &OwnedFd, pid: Option<u32>) -> io::Result<Option<Watch>> {
-        wait::watch(lock, pid)
+    fn watch(&self, lock: &OwnedFd, pid: Option<u32>, beacon: bool) -> io::Result<Option<Watch>> {
+        platform::watch(lock, pid, beacon)
     }
 
     fn sleep(
@@ -514,36 +520,5 @@ pub(crate) fn keep_open_in_child(cmd: &mut std::process::Command, fd: RawFd) {
             check(libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
             Ok(())
         });
-    }
-}
-
-#[cfg(all(test, target_os = "linux"))]
-mod tests {
-    use super::*;
-
-    /// Readers of what a lock directory holds (status reading owner.json) do not wake its
-    /// waiters; its own rename does.
-    #[test]
-    fn only_the_lock_directory_itself_wakes_a_watch() {
-        let tmp = tempfile::tempdir().unwrap();
-        let sys = Real;
-        let parent = sys.open_dir_path(tmp.path()).unwrap();
-        sys.mkdir_at(&parent, "l").unwrap();
-        let lock = sys.open_dir_at(&parent, "l").unwrap();
-        sys.create_file_at(&lock, "owner.json", b"{}", false, false)
-            .unwrap();
-        let watch = sys.watch(&lock, None).unwrap().expect("inotify");
-        for _ in 0..5 {
-            sys.read_file_at(&lock, "owner.json", 100).unwrap();
-        }
-        let wake = sys
-            .sleep(Some(&watch), Some(Duration::from_millis(50)), None)
-            .unwrap();
-        assert_eq!(wake, Wake::TimedOut, "reading owner.json woke the waiter");
-        let _ = sys.rename_noreplace(&parent, "l", "m").unwrap();
-        let wake = sys
-            .sleep(Some(&watch), Some(Duration::from_secs(5)), None)
-            .unwrap();
-        assert_eq!(wake, Wake::Changed, "the rename did not wake the waiter");
     }
 }

@@ -1,0 +1,89 @@
+//! macOS: the no-replace rename (`renameatx_np(RENAME_EXCL)`), the process start time from
+//! `proc_pidinfo`, the boot session UUID from `sysctl`, and waiting with [`super::kqueue`].
+
+use super::{cstr, no_exclusive_rename, retry};
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+pub(super) use super::kqueue::watch;
+pub use super::kqueue::Watch;
+
+/// `renameatx_np(RENAME_EXCL)`: fails with `EEXIST` when `to` exists;
+/// [`io::ErrorKind::Unsupported`] where the filesystem does not offer it (`ENOTSUP`; some
+/// network and FUSE filesystems), asked again each time.
+pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    retry(|| {
+        // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
+        unsafe {
+            libc::renameatx_np(
+                at.as_raw_fd(),
+                f.as_ptr(),
+                at.as_raw_fd(),
+                t.as_ptr(),
+                libc::RENAME_EXCL,
+            )
+        }
+    })
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOTSUP) | Some(libc::EINVAL) => no_exclusive_rename(),
+        _ => e,
+    })
+    .map(drop)
+}
+
+/// The start of process `pid` in microseconds since the epoch (`pbi_start_tvsec` and
+/// `pbi_start_tvusec` of `PROC_PIDTBSDINFO`: stored when the process was made, so a clock
+/// step does not change it). `None` for a process that is gone or not ours to inspect.
+pub(super) fn start_time(pid: u32) -> Option<u64> {
+    let pid = libc::c_int::try_from(pid).ok().filter(|&p| p > 0)?;
+    // SAFETY: proc_bsdinfo is plain data; all-zero is valid and proc_pidinfo overwrites it.
+    let mut info: libc::proc_bsdinfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+    // SAFETY: `info` is writable for `size` bytes.
+    let n = unsafe {
+        libc::proc_pidinfo(
+            pid,
+            libc::PROC_PIDTBSDINFO,
+            0,
+            (&mut info as *mut libc::proc_bsdinfo).cast(),
+            size,
+        )
+    };
+    (n == size).then(|| {
+        info.pbi_start_tvsec
+            .saturating_mul(1_000_000)
+            .saturating_add(info.pbi_start_tvusec)
+    })
+}
+
+/// `kern.bootsessionuuid`: a UUID drawn at each boot.
+pub(super) fn boot_id() -> Option<String> {
+    let mut buf = [0u8; 64];
+    let mut len = buf.len();
+    // SAFETY: the name is NUL-terminated; `buf` is writable for `len` bytes, which sysctl
+    // updates to the length it wrote; nothing is set (null, 0).
+    let rc = unsafe {
+        libc::sysctlbyname(
+            c"kern.bootsessionuuid".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let text = CStr::from_bytes_until_nul(&buf[..len.min(buf.len())]).ok()?;
+    text.to_str()
+        .ok()
+        .map(str::to_owned)
+        .filter(|s| !s.is_empty())
+}
+
+/// macOS has no pid namespaces.
+pub(super) fn pid_namespace() -> Option<String> {
+    None
+}

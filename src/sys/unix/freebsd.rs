@@ -1,0 +1,97 @@
+//! FreeBSD: plain renames (checked by the caller; `renameat2` came only in FreeBSD 15, and a
+//! binary that linked it would not start on older releases), the process start time from
+//! `sysctl(KERN_PROC_PID)`, no boot identity, and waiting with [`super::kqueue`].
+
+use super::no_exclusive_rename;
+use std::io;
+use std::os::fd::OwnedFd;
+
+pub(super) use super::kqueue::watch;
+pub use super::kqueue::Watch;
+
+/// No no-replace rename on the releases this build supports: [`io::ErrorKind::Unsupported`].
+pub(super) fn rename_exclusive(_at: &OwnedFd, _from: &str, _to: &str) -> io::Result<()> {
+    Err(no_exclusive_rename())
+}
+
+/// A `struct timeval` from `sysctl` `name`, in microseconds.
+fn micros_of(tv: &libc::timeval) -> Option<u64> {
+    let sec = u64::try_from(tv.tv_sec).ok()?;
+    let usec = u64::try_from(tv.tv_usec).ok()?;
+    Some(sec.saturating_mul(1_000_000).saturating_add(usec))
+}
+
+/// `kern.boottime` in microseconds since the epoch. FreeBSD moves it when the clock is set.
+fn boot_time() -> Option<u64> {
+    let mib = [libc::CTL_KERN, libc::KERN_BOOTTIME];
+    // SAFETY: timeval is plain data; all-zero is valid and sysctl overwrites it.
+    let mut tv: libc::timeval = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::timeval>();
+    // SAFETY: `mib` holds 2 names; `tv` is writable for `len` bytes; nothing is set.
+    let rc = unsafe {
+        libc::sysctl(
+            mib.as_ptr(),
+            2,
+            (&mut tv as *mut libc::timeval).cast(),
+            &mut len,
+            std::ptr::null(),
+            0,
+        )
+    };
+    (rc == 0 && len == std::mem::size_of::<libc::timeval>())
+        .then(|| micros_of(&tv))
+        .flatten()
+}
+
+/// `ki_start` of process `pid`, in microseconds since the epoch as the kernel reports it now.
+fn reported_start(pid: libc::pid_t) -> Option<u64> {
+    let mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_PID, pid];
+    // SAFETY: kinfo_proc is plain data; all-zero is valid and sysctl overwrites it.
+    let mut kp: libc::kinfo_proc = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::kinfo_proc>();
+    // SAFETY: `mib` holds 4 names; `kp` is writable for `len` bytes; nothing is set.
+    let rc = unsafe {
+        libc::sysctl(
+            mib.as_ptr(),
+            4,
+            (&mut kp as *mut libc::kinfo_proc).cast(),
+            &mut len,
+            std::ptr::null(),
+            0,
+        )
+    };
+    // A process that is gone answers with no data (len 0).
+    (rc == 0 && len == std::mem::size_of::<libc::kinfo_proc>())
+        .then(|| micros_of(&kp.ki_start))
+        .flatten()
+}
+
+/// The start of process `pid`, in microseconds since boot. FreeBSD reports `ki_start` as the
+/// boot time plus the uptime at the start, and moves the boot time whenever the clock is set:
+/// recorded as it is, a live owner's start time would stop matching after a clock step, and
+/// the owner would be judged dead. The difference from `kern.boottime` read around it does not
+/// move; if the boot time changed meanwhile, it is read again (three tries, then `None`).
+pub(super) fn start_time(pid: u32) -> Option<u64> {
+    let pid = libc::pid_t::try_from(pid).ok().filter(|&p| p > 0)?;
+    for _ in 0..3 {
+        let before = boot_time()?;
+        let start = reported_start(pid)?;
+        if boot_time()? == before {
+            return start.checked_sub(before);
+        }
+    }
+    None
+}
+
+/// Not recorded: `kern.boottime` moves when the clock is set, so it cannot tell boots apart
+/// without judging a live owner's record to be from a previous boot.
+pub(super) fn boot_id() -> Option<String> {
+    None
+}
+
+/// None recorded. A jail does not renumber processes, but it hides the host's and other jails'
+/// from `kill(pid, 0)`: a pid-judged record written outside the jail that reads it would look
+/// dead there. Our own records carry a beacon, which is judged first and sees across jails.
+pub(super) fn pid_namespace() -> Option<String> {
+    None
+}

@@ -1,0 +1,341 @@
+//! Linux: the no-replace rename (`renameat2`), the identity facts of `/proc`, and waiting with
+//! the process's one inotify instance and the holder's pidfd.
+
+use super::{cstr, no_exclusive_rename, owned, read_small, retry};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+/// `renameat2(RENAME_NOREPLACE)`; [`io::ErrorKind::Unsupported`] where the kernel or the
+/// filesystem does not know the flag (asked again next time: another filesystem may know it).
+pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    // Interrupted (NFS `intr` mounts): tried again. Had the rename happened, the retry fails
+    // and the caller checks whether the target is its own.
+    retry(|| {
+        // SAFETY: both names are NUL-terminated and relative to the open directory `at`;
+        // renameat2 takes no pointers beyond them.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                at.as_raw_fd(),
+                f.as_ptr(),
+                at.as_raw_fd(),
+                t.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        ret as libc::c_int
+    })
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => no_exclusive_rename(),
+        _ => e,
+    })
+    .map(drop)
+}
+
+/// Field 22 (`starttime`, clock ticks since boot) of `/proc/<pid>/stat`.
+pub(super) fn start_time(pid: u32) -> Option<u64> {
+    parse_start_time(&read_small(&format!("/proc/{pid}/stat"))?)
+}
+
+/// Parses field 22 out of a `/proc/<pid>/stat` line; the command name (field 2) may hold spaces
+/// and parentheses, so fields are counted from the last `)`.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// `/proc/sys/kernel/random/boot_id`: a UUID the kernel draws at each boot.
+pub(super) fn boot_id() -> Option<String> {
+    read_small("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_owned())
+}
+
+/// The pid namespace (`/proc/self/ns/pid` link target, such as `pid:[4026531836]`).
+pub(super) fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()?
+        .into_os_string()
+        .into_string()
+        .ok()
+}
+
+/// A waiter's registrations: a watch in the process's inotify instance (with an eventfd that
+/// whoever reads the instance's events uses to wake this waiter) and, for a pid-judged holder,
+/// a pidfd. Dropping it removes the watch once no other waiter of the process shares it.
+#[derive(Debug)]
+pub struct Watch {
+    inotify: Option<inotify::Registration>,
+    pidfd: Option<OwnedFd>,
+}
+
+/// Registers a waiter: an inotify watch on `lock` (its rename, removal, mode change, and the
+/// last close of the holder's beacon: its release or its death), and a pidfd for `pid` unless
+/// the holder has a beacon (whose close inotify already reports).
+pub(super) fn watch(lock: &OwnedFd, pid: Option<u32>, beacon: bool) -> io::Result<Option<Watch>> {
+    let inotify = inotify::register(lock.as_raw_fd());
+    let pidfd = pid.filter(|_| !beacon).and_then(|pid| {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        (fd >= 0).then(|| owned(fd as libc::c_int))
+    });
+    if inotify.is_none() && pidfd.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Watch { inotify, pidfd }))
+}
+
+impl Watch {
+    /// The descriptors a sleeper polls for this watch: the shared inotify instance, this
+    /// waiter's eventfd, the holder's pidfd (-1 where there is none; poll skips it).
+    pub(super) fn fds(&self) -> [RawFd; 3] {
+        let (instance, waker) = self
+            .inotify
+            .as_ref()
+            .map_or((-1, -1), |r| (r.instance, r.waker.as_raw_fd()));
+        let pidfd = self.pidfd.as_ref().map_or(-1, |f| f.as_raw_fd());
+        [instance, waker, pidfd]
+    }
+
+    /// Given which of [`Watch::fds`] poll found ready, whether this waiter should look again
+    /// (`false`: the events were another waiter's, sleep on).
+    pub(super) fn woken(&self, ready: [bool; 3]) -> bool {
+        if ready[2] {
+            return true; // the holder exited (or its pidfd says something)
+        }
+        let Some(reg) = &self.inotify else {
+            return true;
+        };
+        if ready[0] {
+            inotify::dispatch();
+        }
+        reg.changed()
+    }
+}
+
+/// One inotify instance for the whole process (closing an instance waits for an SRCU grace
+/// period in the kernel, up to tens of milliseconds, and each user may have only 128 of them,
+/// so instances are neither made per wait nor kept per thread). Waiters add a watch on the lock
+/// directory they wait for (shared, counted, when several wait for the same one), each with an
+/// eventfd of its own; whichever waiter finds the instance readable reads every queued event
+/// and wakes the waiters of the watches they name. A forked child makes its own instance.
+mod inotify {
+    use super::super::{check, getpid, owned};
+    use std::collections::HashMap;
+    use std::ffi::CString;
+    use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+    use std::sync::Mutex;
+
+    /// The events that may mean a lock directory changed hands: the final close of the
+    /// holder's beacon (its release or its death: the moment the kernel drops its flock), a
+    /// release's rename, a removal, a mode change.
+    const MASK: u32 = libc::IN_CLOSE_NOWRITE
+        | libc::IN_CLOSE_WRITE
+        | libc::IN_MOVE_SELF
+        | libc::IN_DELETE_SELF
+        | libc::IN_ATTRIB;
+
+    struct Watched {
+        /// Tells this watch apart from a later one that got the same number.
+        generation: u64,
+        /// Bumped by every event on it.
+        epoch: u64,
+        /// The eventfds of the waiters sharing it.
+        wakers: Vec<RawFd>,
+    }
+
+    struct Instance {
+        pid: u32,
+        fd: OwnedFd,
+        watches: HashMap<libc::c_int, Watched>,
+        generations: u64,
+    }
+
+    static INSTANCE: Mutex<Option<Instance>> = Mutex::new(None);
+
+    /// One waiter's share of a watch.
+    #[derive(Debug)]
+    pub(super) struct Registration {
+        pub(super) instance: RawFd,
+        wd: libc::c_int,
+        generation: u64,
+        seen: std::cell::Cell<u64>,
+        pub(super) waker: OwnedFd,
+    }
+
+    fn lock() -> std::sync::MutexGuard<'static, Option<Instance>> {
+        INSTANCE.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Watches the directory open as `dir` (through `/proc/self/fd/N`, so the very inode that
+    /// was judged, whatever its name is now). `None` when inotify is not available.
+    pub(super) fn register(dir: RawFd) -> Option<Registration> {
+        // SAFETY: eventfd with valid flags returns a new descriptor or -1.
+        let waker =
+            owned(check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }).ok()?);
+        let path = CString::new(format!("/proc/self/fd/{dir}")).ok()?;
+        let mut slot = lock();
+        let pid = getpid();
+        if slot.as_ref().is_none_or(|i| i.pid != pid) {
+            // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
+            let fd =
+                check(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) }).ok()?;
+            // A forked parent's instance is dropped here: only this process's copy closes.
+            *slot = Some(Instance {
+                pid,
+                fd: owned(fd),
+                watches: HashMap::new(),
+                generations: 0,
+            });
+        }
+        let inst = slot.as_mut().expect("just made");
+        // SAFETY: the instance is open and `path` is NUL-terminated.
+        let wd = unsafe { libc::inotify_add_watch(inst.fd.as_raw_fd(), path.as_ptr(), MASK) };
+        if wd < 0 {
+            return None;
+        }
+        inst.generations += 1;
+        let fresh = inst.generations;
+        let watched = inst.watches.entry(wd).or_insert(Watched {
+            generation: fresh,
+            epoch: 0,
+            wakers: Vec::new(),
+        });
+        watched.wakers.push(waker.as_raw_fd());
+        Some(Registration {
+            instance: inst.fd.as_raw_fd(),
+            wd,
+            generation: watched.generation,
+            seen: std::cell::Cell::new(watched.epoch),
+            waker,
+        })
+    }
+
+    /// Reads every queued event, bumps the watches they name and wakes their waiters.
+    pub(super) fn dispatch() {
+        let mut slot = lock();
+        let Some(inst) = slot.as_mut().filter(|i| i.pid == getpid()) else {
+            return;
+        };
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reads into a local buffer of the given length from the non-blocking
+            // instance.
+            let n = unsafe { libc::read(inst.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return; // EAGAIN: drained (or an error that the next poll reports again)
+            }
+            let mut at = 0;
+            while at + std::mem::size_of::<libc::inotify_event>() <= n as usize {
+                // SAFETY: the kernel wrote whole events; the header is read unaligned from the
+                // byte buffer.
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+                at += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+                if ev.len > 0 {
+                    // About an entry inside (a reader of owner.json closing it), not the
+                    // lock directory itself: nothing a waiter waits for.
+                    continue;
+                }
+                let gone = ev.mask & libc::IN_IGNORED != 0;
+                if let Some(w) = inst.watches.get_mut(&ev.wd) {
+                    w.epoch += 1;
+                    for &waker in &w.wakers {
+                        let one: u64 = 1;
+                        // SAFETY: writes 8 bytes to a waiter's eventfd; the waiter removes it
+                        // from this list (under this lock) before closing it.
+                        unsafe { libc::write(waker, (&one as *const u64).cast(), 8) };
+                    }
+                }
+                if gone {
+                    // The kernel dropped the watch (its inode died): forget the number.
+                    inst.watches.remove(&ev.wd);
+                }
+            }
+        }
+    }
+
+    impl Registration {
+        /// Whether an event on this watch was seen since the last call (and consumes the
+        /// waiter's wake-up).
+        pub(super) fn changed(&self) -> bool {
+            let mut buf = 0u64;
+            // SAFETY: reads 8 bytes into a local u64 from our non-blocking eventfd.
+            let woken =
+                unsafe { libc::read(self.waker.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) }
+                    == 8;
+            let slot = lock();
+            let epoch = slot
+                .as_ref()
+                .and_then(|i| i.watches.get(&self.wd))
+                .filter(|w| w.generation == self.generation)
+                .map(|w| w.epoch);
+            let changed = woken || epoch != Some(self.seen.get());
+            if let Some(e) = epoch {
+                self.seen.set(e);
+            }
+            changed
+        }
+    }
+
+    impl Drop for Registration {
+        fn drop(&mut self) {
+            let mut slot = lock();
+            let Some(inst) = slot.as_mut().filter(|i| i.fd.as_raw_fd() == self.instance) else {
+                return;
+            };
+            let waker = self.waker.as_raw_fd();
+            let last = match inst.watches.get_mut(&self.wd) {
+                Some(w) if w.generation == self.generation => {
+                    w.wakers.retain(|&f| f != waker);
+                    w.wakers.is_empty()
+                }
+                _ => false,
+            };
+            if last {
+                inst.watches.remove(&self.wd);
+                // SAFETY: removes a watch of our open instance; one the kernel already dropped
+                // just fails.
+                unsafe { libc::inotify_rm_watch(inst.fd.as_raw_fd(), self.wd) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::sys::{Real, System, Wake};
+    use std::time::Duration;
+
+    /// Readers of what a lock directory holds (status reading owner.json) do not wake its
+    /// waiters; its own rename does.
+    #[test]
+    fn only_the_lock_directory_itself_wakes_a_watch() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sys = Real;
+        let parent = sys.open_dir_path(tmp.path()).unwrap();
+        sys.mkdir_at(&parent, "l").unwrap();
+        let lock = sys.open_dir_at(&parent, "l").unwrap();
+        sys.create_file_at(&lock, "owner.json", b"{}", false, false)
+            .unwrap();
+        let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
+        for _ in 0..5 {
+            sys.read_file_at(&lock, "owner.json", 100).unwrap();
+        }
+        let wake = sys
+            .sleep(Some(&watch), Some(Duration::from_millis(50)), None)
+            .unwrap();
+        assert_eq!(wake, Wake::TimedOut, "reading owner.json woke the waiter");
+        let _ = sys.rename_noreplace(&parent, "l", "m").unwrap();
+        let wake = sys
+            .sleep(Some(&watch), Some(Duration::from_secs(5)), None)
+            .unwrap();
+        assert_eq!(wake, Wake::Changed, "the rename did not wake the waiter");
+    }
+
+    #[test]
+    fn start_time_is_field_22_even_with_odd_command_names() {
+        let line = "4242 (we ird) (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(super::parse_start_time(line), Some(987654));
+        assert_eq!(super::parse_start_time("garbage"), None);
+    }
+}

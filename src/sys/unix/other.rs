@@ -1,0 +1,51 @@
+//! Other Unixes (NetBSD, OpenBSD, illumos…): what POSIX alone offers. Renames are plain (the
+//! caller checks what it renamed, and the reclaim guard is made in place), no start time or
+//! boot identity is recorded (pid evidence alone; a reused pid judges a dead owner live, which
+//! fails closed), and waiters back off instead of being woken by the kernel.
+
+use super::no_exclusive_rename;
+use std::io;
+use std::os::fd::{OwnedFd, RawFd};
+
+/// No no-replace rename here: always [`io::ErrorKind::Unsupported`].
+pub(super) fn rename_exclusive(_at: &OwnedFd, _from: &str, _to: &str) -> io::Result<()> {
+    Err(no_exclusive_rename())
+}
+
+/// Not read here.
+pub(super) fn start_time(_pid: u32) -> Option<u64> {
+    None
+}
+
+/// Not read here.
+pub(super) fn boot_id() -> Option<String> {
+    None
+}
+
+/// No pid namespaces here.
+pub(super) fn pid_namespace() -> Option<String> {
+    None
+}
+
+/// No kernel wake-ups here: a watch is never made.
+#[derive(Debug)]
+pub enum Watch {}
+
+/// Always `Ok(None)`: the waiter backs off.
+pub(super) fn watch(
+    _lock: &OwnedFd,
+    _pid: Option<u32>,
+    _beacon: bool,
+) -> io::Result<Option<Watch>> {
+    Ok(None)
+}
+
+impl Watch {
+    pub(super) fn fds(&self) -> [RawFd; 3] {
+        match *self {}
+    }
+
+    pub(super) fn woken(&self, _ready: [bool; 3]) -> bool {
+        match *self {}
+    }
+}

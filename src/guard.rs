@@ -5,9 +5,8 @@ use crate::held::{held_line, register, unregister, Family, HELD_VAR};
 use crate::lockdir::LockDir;
 use crate::owner::Owner;
 use crate::protocol::{self, Held};
-use crate::sys::{FileId, Real};
+use crate::sys::{FileId, Real, RealDir};
 use std::fmt;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -22,7 +21,7 @@ pub struct LockGuard {
     held: Option<Held<Real>>,
     /// The lock directory it was taken in, and the handle of it used.
     lock_dir: Arc<LockDir>,
-    dir: Arc<OwnedFd>,
+    dir: Arc<RealDir>,
     dir_id: FileId,
     path: PathBuf,
     resource: String,
@@ -35,7 +34,7 @@ impl LockGuard {
     pub(crate) fn new(
         held: Held<Real>,
         lock_dir: Arc<LockDir>,
-        dir: Arc<OwnedFd>,
+        dir: Arc<RealDir>,
         dir_id: FileId,
         resource: String,
         family: Family,
@@ -91,8 +90,7 @@ impl LockGuard {
     /// command when it dies). The guard stays this process's: release it after the child has
     /// exited.
     pub fn keep_alive_in(&self, cmd: &mut std::process::Command) {
-        use std::os::fd::AsRawFd;
-        crate::sys::keep_open_in_child(cmd, self.held().beacon.as_raw_fd());
+        crate::sys::keep_open_in_child(cmd, &self.held().beacon);
         self.name_in(cmd);
     }
 

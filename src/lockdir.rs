@@ -5,8 +5,7 @@
 use crate::error::Error;
 use crate::paths::{self, LOCK_DIR};
 use crate::space::Space;
-use crate::sys::{is, Errno, FileId, Real, System};
-use std::os::fd::OwnedFd;
+use crate::sys::{is, Errno, FileId, Real, RealDir, System};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -14,6 +13,7 @@ use std::sync::{Arc, Mutex};
 /// lock namespace while a lock is held): one, or any directory above it, owned by a user other
 /// than us and root, or writable by its group or others without the sticky bit. OpenSSH holds
 /// the paths it trusts to the same rule. Both the path as given and its real path are checked.
+#[cfg(unix)]
 fn check_ancestors(dir: &Path, uid: u32, fix: &str) -> Result<(), Error> {
     use std::os::unix::fs::MetadataExt;
     let real = std::fs::canonicalize(dir).ok();
@@ -53,12 +53,20 @@ fn check_ancestors(dir: &Path, uid: u32, fix: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// On Windows the temporary directory is the user's own, inside a profile whose ACL keeps
+/// other users out, and who may rename what is decided by ACLs rather than by owners and
+/// modes: the namespace directories themselves are checked (ours, private) where they are made.
+#[cfg(windows)]
+fn check_ancestors(_dir: &Path, _uid: u32, _fix: &str) -> Result<(), Error> {
+    Ok(())
+}
+
 #[derive(Debug)]
 pub(crate) struct LockDir {
     pub(crate) path: PathBuf,
     /// Where the directory comes from, to re-create it if a temp cleaner removed it.
     origin: Origin,
-    dir: Mutex<(Arc<OwnedFd>, FileId)>,
+    dir: Mutex<(Arc<RealDir>, FileId)>,
     pub(crate) uid: u32,
 }
 
@@ -83,12 +91,12 @@ const USE_A_PRIVATE_ONE: &str = "lock directories must be private to you: use th
 
 /// Creates (mode exactly 0700) or opens the private directory `name` in `parent`.
 fn open_private(
-    parent: &OwnedFd,
+    parent: &RealDir,
     parent_path: &Path,
     name: &str,
     uid: u32,
     role: Role,
-) -> Result<OwnedFd, Error> {
+) -> Result<RealDir, Error> {
     let sys = Real;
     let path = parent_path.join(name);
     let created = match sys.mkdir_at(parent, name) {
@@ -153,7 +161,7 @@ fn open_private(
     Ok(dir)
 }
 
-fn open_origin(origin: &Origin, uid: u32) -> Result<(OwnedFd, PathBuf), Error> {
+fn open_origin(origin: &Origin, uid: u32) -> Result<(RealDir, PathBuf), Error> {
     match origin {
         Origin::App { temp, app } => {
             check_ancestors(
@@ -225,7 +233,7 @@ impl LockDir {
 
     /// The open lock directory, re-created if it was removed (a temp cleaner may remove an
     /// empty directory; a lock in a removed directory would exclude no one).
-    pub(crate) fn current(&self) -> Result<(Arc<OwnedFd>, FileId), Error> {
+    pub(crate) fn current(&self) -> Result<(Arc<RealDir>, FileId), Error> {
         let mut slot = self.dir.lock().unwrap_or_else(|e| e.into_inner());
         if !Real.unlinked(&slot.0) {
             return Ok((slot.0.clone(), slot.1));
@@ -240,7 +248,7 @@ impl LockDir {
     }
 
     /// The lock directory as the protocol sees it, through handle `dir`.
-    pub(crate) fn space<'a>(&'a self, dir: &'a OwnedFd) -> Space<'a, Real> {
+    pub(crate) fn space<'a>(&'a self, dir: &'a RealDir) -> Space<'a, Real> {
         Space {
             sys: &Real,
             dir,

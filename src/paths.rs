@@ -3,7 +3,6 @@
 
 use sha2::{Digest, Sha256};
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// The owner record inside every lock and candidate directory.
@@ -23,7 +22,7 @@ fn hashed(prefix: &str, path: &Path) -> String {
     let mut hasher = Sha256::new();
     hasher.update(prefix.as_bytes());
     hasher.update([0u8]);
-    hasher.update(path.as_os_str().as_bytes());
+    hasher.update(&*path_bytes(path));
     let digest = hasher.finalize();
     let mut name = String::with_capacity(prefix.len() + 1 + 64 + 5);
     name.push_str(prefix);
@@ -33,6 +32,42 @@ fn hashed(prefix: &str, path: &Path) -> String {
     }
     name.push_str(".lock");
     name
+}
+
+/// The bytes a path is hashed as: its own bytes on Unix; on Windows its UTF-8 (what Node.js
+/// hashes for the reference: a lone surrogate becomes U+FFFD there too).
+#[cfg(unix)]
+fn path_bytes(path: &Path) -> std::borrow::Cow<'_, [u8]> {
+    use std::os::unix::ffi::OsStrExt;
+    std::borrow::Cow::Borrowed(path.as_os_str().as_bytes())
+}
+
+#[cfg(windows)]
+fn path_bytes(path: &Path) -> std::borrow::Cow<'_, [u8]> {
+    match path.to_string_lossy() {
+        std::borrow::Cow::Borrowed(s) => std::borrow::Cow::Borrowed(s.as_bytes()),
+        std::borrow::Cow::Owned(s) => std::borrow::Cow::Owned(s.into_bytes()),
+    }
+}
+
+/// The real path of `path`, as the reference's `fs.realpathSync` gives it: on Windows without
+/// the `\\?\` prefix that `std::fs::canonicalize` adds (`\\?\UNC\server\share` becomes
+/// `\\server\share`), since the lock name hashes the path's text.
+pub(crate) fn real_path(path: &Path) -> std::io::Result<PathBuf> {
+    let real = std::fs::canonicalize(path)?;
+    #[cfg(windows)]
+    {
+        // A path that is not Unicode keeps its prefix (and so names no reference lock).
+        if let Some(text) = real.to_str() {
+            if let Some(unc) = text.strip_prefix(r"\\?\UNC\") {
+                return Ok(PathBuf::from(format!(r"\\{unc}")));
+            }
+            if let Some(local) = text.strip_prefix(r"\\?\") {
+                return Ok(PathBuf::from(local));
+            }
+        }
+    }
+    Ok(real)
 }
 
 /// The lock name for a repository whose canonical (real) path is `root`:
@@ -49,14 +84,17 @@ pub fn global_setup_lock_name(home: &Path) -> String {
 }
 
 /// The temporary directory as the reference implementation (Node.js `os.tmpdir()`) finds it:
-/// `TMPDIR`, else `TMP`, else `TEMP`, else `/tmp`, without a trailing slash. Matching it byte
-/// for byte is what makes our lock paths the reference's.
+/// on Unix `TMPDIR`, else `TMP`, else `TEMP`, else `/tmp`; on Windows `TEMP`, else `TMP`, else
+/// `%SystemRoot%\temp`; without a trailing separator. Matching it exactly is what makes our
+/// lock paths the reference's.
 pub fn temp_dir() -> PathBuf {
     temp_source().1
 }
 
-/// [`temp_dir`] and the variable it came from (`"/tmp"` when none is set).
+/// [`temp_dir`] and the variable it came from (the fallback's name when none is set).
+#[cfg(unix)]
 pub(crate) fn temp_source() -> (&'static str, PathBuf) {
+    use std::os::unix::ffi::OsStrExt;
     let (name, var) = ["TMPDIR", "TMP", "TEMP"]
         .into_iter()
         .filter_map(|n| std::env::var_os(n).map(|v| (n, v)))
@@ -69,9 +107,41 @@ pub(crate) fn temp_source() -> (&'static str, PathBuf) {
     (name, PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
 }
 
-/// The per-user base directory name for application `app`: `<app>-<uid>`.
+/// [`temp_dir`] and the variable it came from (the fallback's name when none is set).
+#[cfg(windows)]
+pub(crate) fn temp_source() -> (&'static str, PathBuf) {
+    let (name, var) = ["TEMP", "TMP"]
+        .into_iter()
+        .filter_map(|n| std::env::var_os(n).map(|v| (n, v)))
+        .find(|(_, v)| !v.is_empty())
+        .unwrap_or_else(|| {
+            let root = std::env::var_os("SystemRoot")
+                .or_else(|| std::env::var_os("windir"))
+                .unwrap_or_else(|| OsString::from("C:\\Windows"));
+            let mut temp = root;
+            temp.push("\\temp");
+            ("%SystemRoot%\\temp", temp)
+        });
+    // Node.js strips one trailing backslash, unless the path is a drive's root (`C:\`).
+    use std::os::windows::ffi::{OsStrExt, OsStringExt};
+    let mut wide: Vec<u16> = var.encode_wide().collect();
+    let backslash = u16::from(b'\\');
+    let colon = u16::from(b':');
+    if wide.len() > 1 && wide.last() == Some(&backslash) && wide[wide.len() - 2] != colon {
+        wide.pop();
+    }
+    (name, PathBuf::from(OsString::from_wide(&wide)))
+}
+
+/// The per-user base directory name for application `app`: `<app>-<uid>` on Unix; on Windows,
+/// where there is no uid, `<app>-user`, as the reference names it (the temporary directory is
+/// the user's own there).
 pub(crate) fn base_name(app: &str, uid: u32) -> String {
-    format!("{app}-{uid}")
+    if cfg!(windows) {
+        format!("{app}-user")
+    } else {
+        format!("{app}-{uid}")
+    }
 }
 
 /// Checks an application name: it becomes a path component.
@@ -294,12 +364,29 @@ mod tests {
         }
     }
 
+    /// A path made of arbitrary bytes (on Windows, of the code units they pair into).
+    fn path_from_bytes(bytes: &[u8]) -> PathBuf {
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            PathBuf::from(std::ffi::OsStr::from_bytes(bytes))
+        }
+        #[cfg(windows)]
+        {
+            use std::os::windows::ffi::OsStringExt;
+            let units: Vec<u16> = bytes
+                .chunks(2)
+                .map(|c| u16::from(c[0]) | (u16::from(*c.get(1).unwrap_or(&0)) << 8))
+                .collect();
+            PathBuf::from(std::ffi::OsString::from_wide(&units))
+        }
+    }
+
     proptest::proptest! {
         /// The stable mirror of the `lock_names` fuzz target.
         #[test]
         fn derived_names_have_the_reference_shape(path in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
-            use std::os::unix::ffi::OsStrExt;
-            let p = Path::new(std::ffi::OsStr::from_bytes(&path));
+            let p = &path_from_bytes(&path);
             for (name, prefix) in [(repository_lock_name(p), "repository-"), (global_setup_lock_name(p), "global-setup-")] {
                 let hex = name.strip_prefix(prefix).and_then(|n| n.strip_suffix(".lock")).unwrap();
                 proptest::prop_assert!(hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));

@@ -116,7 +116,7 @@ impl LockRequest {
     /// The lock's name and a description of what it protects.
     fn resolve(&self) -> Result<(String, String, Family), Error> {
         let canonical = |p: &Path, what: &'static str| {
-            let real = std::fs::canonicalize(p).map_err(|e| Error::io(what, p, e))?;
+            let real = crate::paths::real_path(p).map_err(|e| Error::io(what, p, e))?;
             if !real.is_dir() {
                 return Err(Error::InvalidInput {
                     what: format!("{} {}", &what["resolve the ".len()..], crate::text::path(p)),

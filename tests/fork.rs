@@ -1,6 +1,7 @@
 //! Fork and exec: a forked child dropping or releasing an inherited guard does nothing, and an
 //! exec'd program does not keep a lock alive (the beacon is close-on-exec). A test binary of its
 //! own, with one test, so that it forks while no other thread runs.
+#![cfg(unix)] // fork(2) is Unix
 #![allow(unsafe_code)]
 
 use dirlock::{Error, Locks, Wait};

@@ -49,7 +49,10 @@ impl SimSys {
     }
 
     pub(crate) fn ino(&self, st: &State, d: &SimDir) -> io::Result<Ino> {
-        st.ofds.get(&d.fd).map(|o| o.ino).ok_or_else(|| errno(9)) // EBADF
+        st.ofds
+            .get(&d.fd)
+            .map(|o| o.ino)
+            .ok_or_else(|| errno(EBADF))
     }
 
     pub(crate) fn dir(&self, fd: u64) -> SimDir {
@@ -336,7 +339,7 @@ impl System for SimSys {
             let dir = self.ino(st, at)?;
             let ino = st.lookup(dir, name)?;
             if matches!(st.inodes[&ino].node, Node::Dir(_)) {
-                return Err(errno(21)); // EISDIR
+                return Err(errno(EISDIR));
             }
             // I3: never delete the record of a published lock.
             let published = st
@@ -397,7 +400,7 @@ impl System for SimSys {
             |st, _| {
                 let ino = self.ino(st, dir)?;
                 if st.no_flock {
-                    return Err(errno(37)); // ENOLCK
+                    return Err(errno(ENOLCK));
                 }
                 if st.flock_conflict(fd, ino, exclusive) {
                     return Ok(false);
@@ -429,7 +432,7 @@ impl System for SimSys {
             let blocked = self.call("flock SH (blocking)", |st, _| {
                 let ino = self.ino(st, dir)?;
                 if st.no_flock {
-                    return Err(errno(37)); // ENOLCK
+                    return Err(errno(ENOLCK));
                 }
                 let conflict = st.flock_conflict(fd, ino, false);
                 if !conflict {

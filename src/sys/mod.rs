@@ -12,10 +12,30 @@ use std::io;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+#[cfg(unix)]
 mod unix;
+#[cfg(windows)]
+mod windows;
 
-pub(crate) use unix::keep_open_in_child;
+#[cfg(unix)]
 pub use unix::{CancelHandle, Real};
+#[cfg(windows)]
+pub use windows::{CancelHandle, Real};
+
+/// The real system's open directory.
+pub(crate) type RealDir = <Real as System>::Dir;
+
+/// Makes the beacon `dir` survive `exec` in the child that `cmd` spawns (Unix: the descriptor
+/// stays close-on-exec here). On Windows a child cannot inherit it: nothing is done.
+#[cfg(unix)]
+pub(crate) fn keep_open_in_child(cmd: &mut std::process::Command, dir: &RealDir) {
+    use std::os::fd::AsRawFd;
+    unix::keep_open_in_child(cmd, dir.as_raw_fd());
+}
+
+/// See the Unix form: on Windows a child cannot inherit the beacon, so nothing is done.
+#[cfg(windows)]
+pub(crate) fn keep_open_in_child(_cmd: &mut std::process::Command, _dir: &RealDir) {}
 
 /// The identity of a file: device and inode number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,6 +85,10 @@ pub enum Renamed {
     Exclusive,
     /// With a plain rename (the filesystem refused no-replace): `to` may have been an empty
     /// directory that is now gone, so the caller checks what it renamed.
+    #[cfg_attr(
+        all(windows, not(any(test, feature = "sim"))),
+        expect(dead_code, reason = "Windows always renames without replacing")
+    )]
     Plain,
 }
 
@@ -251,5 +275,8 @@ pub enum Errno {
 
 /// Whether `e` is the error `which`.
 pub fn is(e: &io::Error, which: Errno) -> bool {
-    unix::is(e, which)
+    #[cfg(unix)]
+    return unix::is(e, which);
+    #[cfg(windows)]
+    return windows::is(e, which);
 }

@@ -1,6 +1,7 @@
 //! The library's integration tests: one binary, one module per concern. Holders in other
 //! processes are this binary again (`holder::hold`), so these tests need no command; the
 //! `dirlock` command's own tests are in `cli/tests`.
+#![cfg(unix)] // Unix processes, signals and filesystems (the portable tests are in tests/portable.rs)
 #![expect(
     clippy::disallowed_methods,
     reason = "tests build and tear down fixtures with std::fs"

@@ -1,0 +1,171 @@
+//! Waiting on Windows: a waiter sleeps in `WaitForMultipleObjects` on its cancel event, a
+//! change notification on the directory that holds the lock (a release renames the lock, a
+//! reclaim removes it: both change the names there), and the holder's process, whose handle
+//! is signalled when it exits (a holder that dies without releasing).
+
+use super::{owned, Dir, Handle};
+use crate::sys::Wake;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use windows_sys::Win32::Foundation::{
+    HANDLE, INVALID_HANDLE_VALUE, WAIT_FAILED, WAIT_OBJECT_0, WAIT_TIMEOUT,
+};
+use windows_sys::Win32::Storage::FileSystem::{
+    FindCloseChangeNotification, FindFirstChangeNotificationW, FindNextChangeNotification,
+    FILE_NOTIFY_CHANGE_DIR_NAME, FILE_NOTIFY_CHANGE_FILE_NAME,
+};
+use windows_sys::Win32::System::Threading::{
+    CreateEventW, OpenProcess, SetEvent, WaitForMultipleObjects, INFINITE, PROCESS_SYNCHRONIZE,
+};
+
+/// A cancellation signal shared between a waiter and whoever may cancel it (a manual-reset
+/// event): once fired, it stays fired.
+#[derive(Debug)]
+pub struct CancelHandle {
+    event: Handle,
+    fired: AtomicBool,
+}
+
+impl CancelHandle {
+    /// Makes a new, unfired handle.
+    pub fn new() -> io::Result<Arc<CancelHandle>> {
+        // SAFETY: no security attributes, manual reset, unsignalled, unnamed.
+        let event = unsafe { CreateEventW(std::ptr::null(), 1, 0, std::ptr::null()) };
+        if event.is_null() {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Arc::new(CancelHandle {
+            event: owned(event),
+            fired: AtomicBool::new(false),
+        }))
+    }
+
+    /// Fires the handle, waking every sleeper waiting on it.
+    pub fn fire(&self) {
+        if !self.fired.swap(true, Ordering::SeqCst) {
+            // SAFETY: the event is open; a failure would only lose a wake-up that `fired`
+            // still records.
+            unsafe { SetEvent(self.event.0) };
+        }
+    }
+
+    /// Whether the handle has fired.
+    pub fn is_fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+}
+
+/// A change notification handle (closed with `FindCloseChangeNotification`).
+#[derive(Debug)]
+struct Notification(HANDLE);
+
+// SAFETY: a change notification handle may be used and closed from any thread.
+unsafe impl Send for Notification {}
+// SAFETY: as above; the waiter alone waits on it.
+unsafe impl Sync for Notification {}
+
+impl Drop for Notification {
+    fn drop(&mut self) {
+        // SAFETY: opened by FindFirstChangeNotificationW, closed once.
+        unsafe { FindCloseChangeNotification(self.0) };
+    }
+}
+
+/// A waiter's registrations: the notification on the lock's parent directory and the
+/// holder's process.
+#[derive(Debug)]
+pub struct Watch {
+    names: Option<Notification>,
+    process: Option<Handle>,
+}
+
+/// Registers a waiter on `lock` (its parent's names) and, when given, on `pid`'s exit.
+pub(crate) fn watch(lock: &Dir, pid: Option<u32>) -> io::Result<Option<Watch>> {
+    let parent = lock.current_path()?.parent().map(Path::to_path_buf);
+    let names = parent.and_then(|p| {
+        let wide = super::wide(&p);
+        // SAFETY: `wide` is NUL-terminated; not the subtree, only names in it.
+        let h = unsafe {
+            FindFirstChangeNotificationW(
+                wide.as_ptr(),
+                0,
+                FILE_NOTIFY_CHANGE_DIR_NAME | FILE_NOTIFY_CHANGE_FILE_NAME,
+            )
+        };
+        (h != INVALID_HANDLE_VALUE && !h.is_null()).then_some(Notification(h))
+    });
+    let process = pid.and_then(|pid| {
+        // SAFETY: OpenProcess takes plain values and returns a handle or null.
+        let h = unsafe { OpenProcess(PROCESS_SYNCHRONIZE, 0, pid) };
+        // Null: no such process (the caller's next look sees it), or not ours to wait on (the
+        // directory's changes still come).
+        (!h.is_null()).then(|| owned(h))
+    });
+    if names.is_none() && process.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Watch { names, process }))
+}
+
+fn ms(left: Option<Duration>) -> u32 {
+    match left {
+        None => INFINITE,
+        // Round up so that a sleep never returns before its deadline; INFINITE is u32::MAX.
+        Some(d) => d.as_micros().div_ceil(1000).min(u128::from(INFINITE - 1)) as u32,
+    }
+}
+
+/// Sleeps until `watch` fires, `timeout` passes or `cancel` is fired.
+pub(crate) fn sleep(
+    watch: Option<&Watch>,
+    timeout: Option<Duration>,
+    cancel: Option<&CancelHandle>,
+) -> io::Result<Wake> {
+    if cancel.is_some_and(|c| c.is_fired()) {
+        return Ok(Wake::Cancelled);
+    }
+    // Slot order: the cancel event, the notification, the process.
+    let mut handles: Vec<HANDLE> = Vec::with_capacity(3);
+    let mut kinds: Vec<u8> = Vec::with_capacity(3);
+    if let Some(c) = cancel {
+        handles.push(c.event.0);
+        kinds.push(0);
+    }
+    if let Some(n) = watch.and_then(|w| w.names.as_ref()) {
+        handles.push(n.0);
+        kinds.push(1);
+    }
+    if let Some(p) = watch.and_then(|w| w.process.as_ref()) {
+        handles.push(p.0);
+        kinds.push(2);
+    }
+    let deadline = timeout.map(|t| Instant::now() + t);
+    if handles.is_empty() {
+        std::thread::sleep(timeout.unwrap_or(Duration::from_millis(250)));
+        return Ok(Wake::TimedOut);
+    }
+    let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    // SAFETY: `handles` holds 1 to 3 open handles for the duration of the call.
+    let rc = unsafe { WaitForMultipleObjects(handles.len() as u32, handles.as_ptr(), 0, ms(left)) };
+    if rc == WAIT_TIMEOUT {
+        return Ok(Wake::TimedOut);
+    }
+    if rc == WAIT_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let i = rc.wrapping_sub(WAIT_OBJECT_0) as usize;
+    match kinds.get(i) {
+        Some(0) => Ok(Wake::Cancelled),
+        Some(1) => {
+            // Re-arm it for the next sleep; the change may be another lock's: look again.
+            // SAFETY: the notification handle is open.
+            unsafe { FindNextChangeNotification(handles[i]) };
+            Ok(Wake::Changed)
+        }
+        // The holder exited, or an abandoned wait (WAIT_ABANDONED_0 + i): look again.
+        _ => Ok(Wake::Changed),
+    }
+}

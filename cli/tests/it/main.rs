@@ -1,7 +1,8 @@
 //! The `dirlock` command's integration tests, run for real (through `CARGO_BIN_EXE_dirlock`):
 //! its subcommands and exit statuses, chaos across processes, faults injected by strace,
 //! interoperability with the reference implementation.
-#![cfg(unix)] // Unix processes, signals, strace and the reference under Node.js (the portable tests are in tests/portable.rs)
+#![cfg(unix)]
+// Unix processes, signals, strace and the reference under Node.js (the portable tests are in tests/portable.rs)
 #![expect(
     clippy::disallowed_methods,
     reason = "tests build and tear down fixtures with std::fs"

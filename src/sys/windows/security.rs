@@ -1,8 +1,13 @@
 //! Privacy on Windows, where files have ACLs rather than modes: who "we" are (the user's SID,
 //! and the default owner of our token, which is the Administrators group for an elevated
 //! process), whether a file is ours (its owner is one of those), whether it is private (its
-//! DACL lets no one else in), and making a directory private (a protected DACL that grants
-//! the user alone, inherited by everything made inside it).
+//! DACL lets no one else change it), and making a directory private (a protected DACL that
+//! grants the user alone, inherited by everything made inside it).
+//!
+//! "Private" here means that no one but us, SYSTEM and the Administrators may *write*: create,
+//! rename or delete entries, change the ACL or the owner. An ACE that lets others only read is
+//! tolerated: it cannot take, move or forge a lock (on Unix the mode must be exactly 0700, a
+//! stricter rule; some Windows profiles and Wine's synthesized ACLs grant everyone reading).
 //!
 //! The crate's [`Meta`](super::super::Meta) speaks in Unix terms, so these facts are reported
 //! as such: `uid` 0 for ours and 1 for anyone else's (this process's identity says uid 0), and
@@ -26,8 +31,15 @@ use windows_sys::Win32::Security::{
 };
 use windows_sys::Win32::System::Threading::{GetCurrentProcess, OpenProcessToken};
 
-/// `ACCESS_ALLOWED_ACE_TYPE`.
+/// `ACCESS_ALLOWED_ACE_TYPE` and `ACCESS_DENIED_ACE_TYPE`.
 const ACCESS_ALLOWED: u8 = 0;
+const ACCESS_DENIED: u8 = 1;
+
+/// The rights that change a directory or file: write data (add a file), append (add a
+/// subdirectory), write extended attributes or attributes, delete a child, delete, write the
+/// DACL or the owner, and the generic all and write rights.
+const WRITE_RIGHTS: u32 =
+    0x2 | 0x4 | 0x10 | 0x40 | 0x100 | 0x1_0000 | 0x4_0000 | 0x8_0000 | 0x1000_0000 | 0x4000_0000;
 
 /// This process's user SID and its token's default owner, as owned byte copies.
 struct Us {
@@ -173,8 +185,8 @@ pub(super) fn ownership(handle: HANDLE, dir: bool) -> io::Result<(u32, u32)> {
     Ok((uid, mode))
 }
 
-/// Whether every ACE that grants access to the object itself names a trusted SID. Deny ACEs
-/// only take away; inherit-only ACEs do not apply to the object.
+/// Whether every ACE that grants a write right to the object itself names a trusted SID.
+/// Deny ACEs only take away; inherit-only ACEs do not apply to the object.
 fn dacl_is_private(dacl: *mut ACL) -> bool {
     // SAFETY: `dacl` is a valid ACL from GetSecurityInfo.
     let count = unsafe { (*dacl).AceCount };
@@ -189,17 +201,18 @@ fn dacl_is_private(dacl: *mut ACL) -> bool {
         if header.AceFlags as u32 & INHERIT_ONLY_ACE != 0 {
             continue;
         }
-        if header.AceType != ACCESS_ALLOWED {
-            // Deny ACEs take away; other allow types (object, callback) are not expected on a
-            // file: not private.
-            if header.AceType == 1 {
-                continue;
-            }
-            return false;
+        match header.AceType {
+            ACCESS_DENIED => continue, // only takes away
+            ACCESS_ALLOWED => {}
+            // Other allow types (object, callback) are not expected on a file: not private.
+            _ => return false,
         }
-        // SAFETY: an ACCESS_ALLOWED_ACE's SID starts at its SidStart field.
-        let sid = unsafe { &(*(ace as *const ACCESS_ALLOWED_ACE)).SidStart } as *const u32;
-        if !trusted(sid as PSID) {
+        // SAFETY: the ACE is an ACCESS_ALLOWED_ACE: its mask, then its SID at SidStart.
+        let (mask, sid) = unsafe {
+            let allowed = ace as *const ACCESS_ALLOWED_ACE;
+            ((*allowed).Mask, &(*allowed).SidStart as *const u32)
+        };
+        if mask & WRITE_RIGHTS != 0 && !trusted(sid as PSID) {
             return false;
         }
     }

@@ -1,0 +1,218 @@
+//! The protocol across processes, with nothing but the public API and `std`, so that the same
+//! tests run on every platform: on Linux with the rest of the suite, and on Windows under Wine
+//! in CI (`.ci/run`). Holders are this test binary again (`portable_holder`), killed with
+//! `Child::kill` (`SIGKILL`, `TerminateProcess`): a holder that dies without releasing.
+
+use dirlock::{Cancel, Error, Locks, State, Unlocked, Wait};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const HOLD_DIR: &str = "DIRLOCK_PORTABLE_DIR";
+const HOLD_UNTIL: &str = "DIRLOCK_PORTABLE_UNTIL";
+const LOCK: &str = "portable.lock";
+
+/// A holder process, killed (and reaped) when dropped, however the test ends.
+struct Holder {
+    child: Child,
+}
+
+impl Holder {
+    /// Starts a process that takes `LOCK` in `dir` and holds it until `until` exists; returns
+    /// once it holds the lock.
+    fn start(dir: &Path, until: &Path) -> Holder {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "portable_holder",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HOLD_DIR, dir)
+            .env(HOLD_UNTIL, until)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut holder = Holder { child };
+        // Read in a thread, so that a holder that never takes the lock fails the test in a
+        // minute rather than hanging it (the thread ends when the killed holder's pipe does).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(Ok(line)) if line.starts_with("held ") => return holder,
+                Ok(Ok(_)) => {}
+                other => {
+                    let _ = holder.child.kill();
+                    let status = holder.child.wait();
+                    panic!("the holder did not take the lock: {other:?}, {status:?}");
+                }
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills it, as SIGKILL or TerminateProcess would, and reaps it.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Holds `LOCK` in `DIRLOCK_PORTABLE_DIR` until `DIRLOCK_PORTABLE_UNTIL` exists; does
+/// nothing as an ordinary test.
+#[test]
+#[ignore = "a holder process for the other tests, started by them"]
+fn portable_holder() {
+    let (Some(dir), Some(until)) = (std::env::var_os(HOLD_DIR), std::env::var_os(HOLD_UNTIL))
+    else {
+        return;
+    };
+    let guard = Locks::in_dir(&dir)
+        .unwrap()
+        .named_lock(LOCK)
+        .purpose("portable test")
+        .acquire()
+        .unwrap();
+    // On a line of its own (the test harness has begun a line of its own).
+    println!("\nheld {}", guard.path().display());
+    let until = PathBuf::from(until);
+    while !until.exists() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    guard.release().unwrap();
+    std::process::exit(0);
+}
+
+fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("locks");
+    let until = tmp.path().join("release-now");
+    (tmp, dir, until)
+}
+
+#[test]
+fn a_live_holder_excludes_and_a_killed_one_is_reclaimed_at_once() {
+    let (_tmp, dir, until) = setup();
+    let holder = Holder::start(&dir, &until);
+    let pid = holder.pid();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let err = locks
+        .named_lock(LOCK)
+        .wait(Wait::Immediately)
+        .acquire()
+        .unwrap_err();
+    assert!(err.is_contended(), "not refused as held: {err}");
+    assert_eq!(err.owner().map(|o| o.pid), Some(pid), "{err}");
+    let status = locks.named_lock(LOCK).status().unwrap();
+    assert_eq!(status.state, State::Held, "{status:?}");
+
+    holder.kill();
+    let status = locks.named_lock(LOCK).status().unwrap();
+    assert_eq!(status.state, State::DeadByProof, "{status:?}");
+    // Reclaimed at once: no grace period is waited out (the default is 60 s).
+    let started = Instant::now();
+    let guard = locks
+        .named_lock(LOCK)
+        .wait(Wait::Immediately)
+        .acquire()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert_eq!(guard.reclaimed_from().map(|o| o.pid), Some(pid));
+    guard.release().unwrap();
+    assert_eq!(locks.named_lock(LOCK).status().unwrap().state, State::Free);
+}
+
+#[test]
+fn a_release_hands_the_lock_to_a_waiter() {
+    let (_tmp, dir, until) = setup();
+    let _holder = Holder::start(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let waiter = std::thread::spawn({
+        let dir = dir.clone();
+        move || {
+            let locks = Locks::in_dir(&dir).unwrap();
+            let guard = locks.named_lock(LOCK).wait(Wait::Forever).acquire();
+            guard.map(|g| (g.reclaimed_from().is_some(), g.release()))
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    std::fs::write(&until, b"").unwrap();
+    let (reclaimed, released) = waiter.join().unwrap().unwrap();
+    assert!(!reclaimed, "a released lock was reclaimed");
+    released.unwrap();
+    assert_eq!(locks.named_lock(LOCK).status().unwrap().state, State::Free);
+}
+
+#[test]
+fn a_timeout_and_a_cancel_end_a_wait() {
+    let (_tmp, dir, until) = setup();
+    let _holder = Holder::start(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let err = locks
+        .named_lock(LOCK)
+        .wait(Duration::from_millis(300))
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+
+    let cancel = Cancel::new().unwrap();
+    let waiter = std::thread::spawn({
+        let (dir, cancel) = (dir.clone(), cancel.clone());
+        move || {
+            Locks::in_dir(&dir)
+                .unwrap()
+                .named_lock(LOCK)
+                .wait(Wait::Forever)
+                .cancel(&cancel)
+                .acquire()
+                .map(drop)
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    cancel.cancel();
+    let err = waiter.join().unwrap().unwrap_err();
+    assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+}
+
+#[test]
+fn unlock_refuses_a_live_owner_and_retires_a_dead_one() {
+    let (_tmp, dir, until) = setup();
+    let holder = Holder::start(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    assert!(
+        locks.named_lock(LOCK).unlock(false).is_err(),
+        "a live owner was unlocked"
+    );
+    holder.kill();
+    match locks.named_lock(LOCK).unlock(false).unwrap() {
+        Unlocked::Removed { owner } => assert!(owner.is_some()),
+        other => panic!("not removed: {other:?}"),
+    }
+    assert_eq!(locks.named_lock(LOCK).status().unwrap().state, State::Free);
+    locks.sweep(Duration::ZERO).unwrap();
+    // Nothing is left in the lock directory.
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}

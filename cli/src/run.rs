@@ -85,14 +85,7 @@ pub(crate) fn run(
     // Released after the command exits, whatever happened to it.
     let released = guard.release();
     let status = status.map_err(|e| Failure(format!("cannot wait for the command: {e}"), 1))?;
-    let code = match (
-        status.code(),
-        std::os::unix::process::ExitStatusExt::signal(&status),
-    ) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        _ => 1,
-    };
+    let code = sys::exit_code(&status);
     if let Err(e) = released {
         say(&explain(&e));
         return Ok(ExitCode::from(if code == 0 { 1 } else { code as u8 }));
@@ -164,7 +157,11 @@ fn spawn(guard: &LockGuard, opts: &RunOptions, command: &[OsString]) -> Result<C
     // The command never outlives this process: were `dirlock run` killed (even by SIGKILL),
     // the kernel kills the command too, so no contender, whether it judges by the beacon or
     // (like the reference implementation) by our pid, ever gets the lock while it runs.
-    sys::die_with_parent(&mut cmd);
+    if let Some(why) = sys::die_with_parent(&mut cmd) {
+        say(&format!(
+            "warning: the command is not tied to this process ({why}): were `dirlock run` killed, the command would run on without the lock"
+        ));
+    }
     cmd.spawn().map_err(|e| {
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             127

@@ -67,13 +67,22 @@ pub(crate) fn status(
     Ok(ExitCode::SUCCESS)
 }
 
-/// A path in JSON: `path` is always a string (lossy where the path is not UTF-8); a path that
-/// is not UTF-8 also gets its exact bytes in `path_bytes`.
+/// A path in JSON: `path` is always a string (lossy where the path is not Unicode); a path
+/// that is not also gets its exact bytes in `path_bytes` (Unix) or its UTF-16 code units in
+/// `path_utf16` (Windows).
 pub(crate) fn json_path(value: &mut Value, path: &Path) {
-    use std::os::unix::ffi::OsStrExt;
     value["path"] = json!(path.to_string_lossy());
     if path.to_str().is_none() {
-        value["path_bytes"] = json!(path.as_os_str().as_bytes());
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            value["path_bytes"] = json!(path.as_os_str().as_bytes());
+        }
+        #[cfg(windows)]
+        {
+            use std::os::windows::ffi::OsStrExt;
+            value["path_utf16"] = json!(path.as_os_str().encode_wide().collect::<Vec<u16>>());
+        }
     }
 }
 

@@ -1,6 +1,5 @@
-//! The one place where the command meets the operating system beyond the library: signal
-//! plumbing for `dirlock run` (receiving and forwarding SIGINT, SIGTERM and SIGHUP) and tying
-//! the command's life to ours. All `unsafe` and `libc` of the command live here.
+//! Unix: signal plumbing for `dirlock run` (receiving and forwarding SIGINT, SIGTERM and
+//! SIGHUP) and tying the command's life to ours.
 //!
 //! | | receiving signals | who sent one | the command dies with us |
 //! | --- | --- | --- | --- |
@@ -205,7 +204,8 @@ pub fn send_signal(pid: u32, sig: i32) {
 /// `PROC_PDEATHSIG_CTL`). A parent that died before the setting took effect is caught by
 /// checking the parent pid after it. macOS has no such facility: there this does nothing, and
 /// the command of a `dirlock run` killed with SIGKILL runs on (holding the beacon, unless `-o`).
-pub fn die_with_parent(cmd: &mut std::process::Command) {
+/// Never fails here (a failing `prctl` fails the spawn): always `None`.
+pub fn die_with_parent(cmd: &mut std::process::Command) -> Option<String> {
     #[cfg(any(target_os = "linux", target_os = "freebsd"))]
     {
         use std::os::unix::process::CommandExt;
@@ -236,4 +236,15 @@ pub fn die_with_parent(cmd: &mut std::process::Command) {
     }
     #[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
     let _ = cmd;
+    None
+}
+
+/// The exit status `dirlock run` passes on: the command's, or 128 + the signal that ended it.
+pub fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        _ => 1,
+    }
 }

@@ -1,0 +1,138 @@
+//! Windows: console control events for `dirlock run`, and a job object that ties the command
+//! (and everything it starts) to our life.
+//!
+//! - Ctrl-C, Ctrl-Break and the console's close, logoff and shutdown events reach every
+//!   process attached to the console, the command included, so they are never passed on
+//!   ("from a process" is always false); Windows has no way to send one process a signal.
+//!   They are numbered as the signals they stand for: Ctrl-C 2 (SIGINT), Ctrl-Break 21
+//!   (SIGBREAK), the others 15 (SIGTERM).
+//! - The first spawn puts this process in a job object with `KILL_ON_JOB_CLOSE`; the command
+//!   and whatever it starts inherit the job. When `dirlock run` ends, however it ends (even by
+//!   `taskkill /F`), the last handle to the job closes and the kernel kills them all, so no
+//!   contender of either implementation gets the lock while the command runs.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Mutex, OnceLock};
+use windows_sys::core::BOOL;
+use windows_sys::Win32::Foundation::{HANDLE, TRUE};
+use windows_sys::Win32::System::Console::{SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_C_EVENT};
+use windows_sys::Win32::System::JobObjects::{
+    AssignProcessToJobObject, CreateJobObjectW, JobObjectExtendedLimitInformation,
+    SetInformationJobObject, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+    JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+};
+use windows_sys::Win32::System::Threading::GetCurrentProcess;
+
+/// Where the console handler sends the events, and where [`on_signals`] takes them from.
+static SENDER: Mutex<Option<Sender<i32>>> = Mutex::new(None);
+static RECEIVER: Mutex<Option<Receiver<i32>>> = Mutex::new(None);
+
+/// The console control handler: runs on a thread the system makes for it, so it may lock and
+/// send. Returning TRUE keeps the default action (ending this process) from running for
+/// Ctrl-C and Ctrl-Break; for close, logoff and shutdown Windows ends the process anyway once
+/// the handler returns, and the job takes the command with it.
+unsafe extern "system" fn on_event(kind: u32) -> BOOL {
+    let sig = match kind {
+        CTRL_C_EVENT => 2,
+        CTRL_BREAK_EVENT => 21,
+        _ => 15,
+    };
+    if let Some(tx) = SENDER.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        let _ = tx.send(sig);
+    }
+    TRUE
+}
+
+/// Makes the console's control events reach [`on_signals`] rather than end this process.
+/// Call it first thing in `main`.
+///
+/// # Errors
+///
+/// When `SetConsoleCtrlHandler` fails.
+pub fn block_forwarded_signals() -> io::Result<()> {
+    let (tx, rx) = channel();
+    *SENDER.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    *RECEIVER.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
+    // SAFETY: `on_event` has the handler's signature and lives for the whole program.
+    if unsafe { SetConsoleCtrlHandler(Some(on_event), TRUE) } == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Nothing to undo in the child: a handler function is not inherited.
+pub fn unblock_forwarded_in_child(_cmd: &mut std::process::Command) {}
+
+/// Starts a thread that receives the console's control events and calls
+/// `handler(signal, false)` (see the module's docs for the numbers).
+pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
+    let Some(rx) = RECEIVER.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return;
+    };
+    std::thread::spawn(move || {
+        for sig in rx {
+            handler(sig, false);
+        }
+    });
+}
+
+/// Windows cannot send one process a signal: nothing is done. (A Ctrl-C that comes while the
+/// command is being started reaches the command itself once it is attached to the console.)
+pub fn send_signal(_pid: u32, _sig: i32) {}
+
+/// The job this process joined, kept open for our whole life (its last handle closing is what
+/// kills the command).
+struct Job {
+    _handle: HANDLE,
+}
+
+// SAFETY: a job handle may be used from any thread; it is never closed.
+unsafe impl Send for Job {}
+// SAFETY: as above.
+unsafe impl Sync for Job {}
+
+fn join_a_job() -> io::Result<Job> {
+    // SAFETY: no security attributes, unnamed.
+    let job = unsafe { CreateJobObjectW(std::ptr::null(), std::ptr::null()) };
+    if job.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the structure is plain data; all-zero is valid.
+    let mut limits: JOBOBJECT_EXTENDED_LIMIT_INFORMATION = unsafe { std::mem::zeroed() };
+    limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+    // SAFETY: `job` is open; `limits` is valid for its size.
+    if unsafe {
+        SetInformationJobObject(
+            job,
+            JobObjectExtendedLimitInformation,
+            (&limits as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+            std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+        )
+    } == 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `job` is open; the pseudo-handle of this process is always valid.
+    if unsafe { AssignProcessToJobObject(job, GetCurrentProcess()) } == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(Job { _handle: job })
+}
+
+/// Makes the command that `cmd` spawns (and what it starts) die when this process does: this
+/// process joins a kill-on-close job once, and children inherit it. Returns why not, where the
+/// job cannot be made or joined (the command then outlives a killed `dirlock run`).
+pub fn die_with_parent(_cmd: &mut std::process::Command) -> Option<String> {
+    static JOB: OnceLock<Result<Job, String>> = OnceLock::new();
+    JOB.get_or_init(|| join_a_job().map_err(|e| e.to_string()))
+        .as_ref()
+        .err()
+        .cloned()
+}
+
+/// The exit status `dirlock run` passes on: the command's exit code.
+pub fn exit_code(status: &std::process::ExitStatus) -> i32 {
+    status.code().unwrap_or(1)
+}

@@ -1,0 +1,181 @@
+//! The `dirlock` command with nothing platform-specific, so that the same tests run on Linux
+//! with the rest of the suite and on Windows under Wine in CI (`.ci/run`): a live holder makes
+//! `run` exit 75, a holder killed without releasing (`Child::kill`: `SIGKILL`, or
+//! `TerminateProcess` as `taskkill /F` does) is reclaimed at once by the next `run`, the
+//! command's exit status is passed through, and `status --json` parses.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+const EXE: &str = env!("CARGO_BIN_EXE_dirlock");
+
+/// A `dirlock hold` process, killed (and reaped) when dropped, however the test ends.
+struct Holder {
+    child: Child,
+}
+
+impl Holder {
+    fn start(dir: &Path, until: &Path) -> Holder {
+        let mut child = Command::new(EXE)
+            .args(["hold", "--lock", "a.lock", "--dir"])
+            .arg(dir)
+            .arg("--until")
+            .arg(until)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut holder = Holder { child };
+        // Read in a thread, so that a holder that never takes the lock fails the test in a
+        // minute rather than hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        loop {
+            match rx.recv_timeout(Duration::from_secs(60)) {
+                Ok(Ok(line)) if line.starts_with("held ") => return holder,
+                Ok(Ok(_)) => {}
+                other => {
+                    let _ = holder.child.kill();
+                    let status = holder.child.wait();
+                    panic!("the holder did not take the lock: {other:?}, {status:?}");
+                }
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `dirlock ARGS`, with a minute to finish.
+fn dirlock(args: &[&std::ffi::OsStr]) -> Output {
+    let mut child = Command::new(EXE)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..6000 {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    panic!("dirlock {args:?} did not finish in a minute");
+}
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+/// `dirlock run --dir DIR --lock a.lock -- <this binary> exit-with CODE`.
+fn run_exiting_with(dir: &Path, code: i32) -> Output {
+    let me = std::env::current_exe().unwrap();
+    let code = code.to_string();
+    dirlock(&[
+        os("run"),
+        os("--dir"),
+        dir.as_os_str(),
+        os("--lock"),
+        os("a.lock"),
+        os("--"),
+        me.as_os_str(),
+        os("--ignored"),
+        os("--exact"),
+        os("exit_with"),
+        os("--"),
+        os(&code),
+    ])
+}
+
+/// Exits with the code given after `--`; does nothing as an ordinary test.
+#[test]
+#[ignore = "a command for the other tests, run by `dirlock run`"]
+fn exit_with() {
+    if let Some(code) = std::env::args().skip_while(|a| a != "--").nth(1) {
+        std::process::exit(code.parse().unwrap());
+    }
+}
+
+#[test]
+fn run_passes_the_exit_status_and_a_live_holder_makes_it_exit_75() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("locks");
+    let until = tmp.path().join("release-now");
+    let out = run_exiting_with(&dir, 3);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+
+    let holder = Holder::start(&dir, &until);
+    let out = run_exiting_with(&dir, 0);
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(&holder.pid().to_string()), "{said}");
+
+    let out = dirlock(&[
+        os("status"),
+        os("--all"),
+        os("--json"),
+        os("--dir"),
+        dir.as_os_str(),
+    ]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["locks"][0]["state"], "held", "{status}");
+    assert_eq!(status["locks"][0]["owner"]["pid"], holder.pid(), "{status}");
+}
+
+#[test]
+fn a_killed_holder_is_reclaimed_at_once_by_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("locks");
+    let until = tmp.path().join("never");
+    let mut holder = Holder::start(&dir, &until);
+    holder.child.kill().unwrap();
+    holder.child.wait().unwrap();
+
+    let out = dirlock(&[
+        os("status"),
+        os("--all"),
+        os("--json"),
+        os("--dir"),
+        dir.as_os_str(),
+    ]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["locks"][0]["state"], "dead-by-proof", "{status}");
+
+    // At once: `run` does not wait by default, and a dead-by-evidence owner would make it
+    // exit 75 for the grace period (60 s).
+    let out = run_exiting_with(&dir, 0);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    let out = dirlock(&[
+        os("status"),
+        os("--all"),
+        os("--json"),
+        os("--dir"),
+        dir.as_os_str(),
+    ]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["locks"].as_array().map(Vec::len),
+        Some(0),
+        "{status}"
+    );
+}

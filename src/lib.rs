@@ -118,6 +118,35 @@
 //! or the cancel's eventfd. The pid is cached (and reset in forked children); identity facts
 //! are read once per process.
 //!
+//! # Platforms
+//!
+//! The protocol is the same everywhere; what each platform's `sys` module does for its steps:
+//!
+//! - **Linux** (first-class, tested most deeply): publish with `renameat2(RENAME_NOREPLACE)`
+//!   (a plain rename checked by inode where a filesystem refuses the flag); the beacon is an
+//!   `flock` on the lock directory; start time from `/proc/<pid>/stat`, boot id, pid
+//!   namespace; waiters are woken by inotify (the beacon's last close, the lock's rename) and
+//!   a pidfd.
+//! - **macOS**: publish with `renameatx_np(RENAME_EXCL)`; the beacon is an `flock`; start time
+//!   from `proc_pidinfo`, boot identity `kern.bootsessionuuid`; waiters sleep on a kqueue of
+//!   their own (the lock directory's rename, removal and attribute events, and `NOTE_EXIT` of
+//!   the holder's pid, since kqueue reports no close on macOS). Built and linted in CI, not run.
+//! - **FreeBSD**: plain renames checked by inode (no `renameat2` before FreeBSD 15); `flock`;
+//!   start time from `KERN_PROC_PID` less `kern.boottime` (reported start times move with the
+//!   clock there); no boot identity (`kern.boottime` moves when the clock is set); a kqueue
+//!   with `NOTE_CLOSE`. Built and linted in CI, not run.
+//! - **Windows** (tested under Wine): the reference's `%TEMP%\<app>-user\operation-locks`;
+//!   publish through `FileRenameInfo` without replacing (fails when the target exists, empty
+//!   or not), retried for up to 2 s while Windows refuses to rename a directory with a file
+//!   inside open; the beacon is a *sharing mode*: the holder keeps its lock directory open for
+//!   writing while denying write sharing, and a probe that asks for write access fails
+//!   exactly while that handle is open, so the kernel's closing of a dead holder's handles is
+//!   the proof; liveness without a beacon by `OpenProcess` and the creation time; waiters
+//!   sleep in `WaitForMultipleObjects` on a change notification on the lock's directory, the
+//!   holder's process and the cancel event; privacy is a protected DACL that lets no one else
+//!   write. A child cannot inherit the beacon ([`LockGuard::keep_alive_in`] only names the
+//!   lock there); `dirlock run` puts its command in a kill-on-close job instead.
+//!
 //! # Architecture
 //!
 //! Dependencies run one way, from the platform up; no module of the crate imports one that

@@ -130,8 +130,9 @@ fn open_private(
         };
         return Err(Error::Unsafe {
             problem: format!(
-                "it is owned by uid {}, not by this user (uid {uid})",
-                meta.uid
+                "it is owned by {}, not by this user ({})",
+                crate::sys::owner_words(meta.uid),
+                crate::sys::owner_words(uid)
             ),
             fix,
             path,
@@ -146,6 +147,10 @@ fn open_private(
         // A directory the caller named may be anything (/usr, a project, /var/lib) and others
         // may rely on its mode: never advise changing it.
         let fix = match role {
+            Role::Namespace if cfg!(windows) => format!(
+                "it is your own lock namespace: remove it (`rmdir /s {}`) while no lock in it is held, and dirlock makes it again, private",
+                path.display()
+            ),
             Role::Namespace => format!(
                 "it is your own lock namespace: make it private again with `chmod 700 {}`",
                 crate::text::shell_word(&path)
@@ -153,7 +158,11 @@ fn open_private(
             Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
         };
         return Err(Error::Unsafe {
-            problem: format!("it has mode {:o}, not 700", meta.mode & 0o7777),
+            problem: if cfg!(windows) {
+                format!("it has {}", crate::sys::mode_words(meta.mode))
+            } else {
+                format!("it has mode {:o}, not 700", meta.mode & 0o7777)
+            },
             fix,
             path,
         });

@@ -239,9 +239,9 @@ fn take_left_guard<S: System>(
         return Err(Error::Unsafe {
             path: sp.entry(gname),
             problem: format!(
-                "the reclaim guard is owned by uid {} with mode {:o}",
-                meta.uid,
-                meta.mode & 0o777
+                "the reclaim guard is owned by {} and has {}",
+                crate::sys::owner_words(meta.uid),
+                crate::sys::mode_words(meta.mode)
             ),
             fix:
                 "it must be private to this user: remove it by hand once no process uses this lock"

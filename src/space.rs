@@ -70,15 +70,13 @@ impl<S: System> Space<'_, S> {
     pub fn private_problem(&self, meta: &Meta, what: &str) -> Option<String> {
         if meta.uid != self.uid {
             return Some(format!(
-                "{what} is owned by uid {}, not {}",
-                meta.uid, self.uid
+                "{what} is owned by {}, not {}",
+                crate::sys::owner_words(meta.uid),
+                crate::sys::owner_words(self.uid)
             ));
         }
         if meta.mode & 0o077 != 0 {
-            return Some(format!(
-                "{what} has mode {:o}, open to group or others",
-                meta.mode & 0o777
-            ));
+            return Some(format!("{what} has {}", crate::sys::mode_words(meta.mode)));
         }
         None
     }

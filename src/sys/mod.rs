@@ -258,6 +258,31 @@ pub trait System {
     ) -> io::Result<Wake>;
 }
 
+/// A file's owner in the platform's words: `uid N` on Unix; on Windows, where the crate's
+/// [`Meta::uid`] is 0 for us and 1 for anyone else, `this user` or `another user`.
+pub fn owner_words(uid: u32) -> String {
+    if cfg!(windows) {
+        if uid == 0 {
+            "this user"
+        } else {
+            "another user"
+        }
+        .to_owned()
+    } else {
+        format!("uid {uid}")
+    }
+}
+
+/// What is wrong with a mode that is not private, in the platform's words: `mode 755, open to
+/// group or others` on Unix; on Windows an ACL that lets other users write.
+pub fn mode_words(mode: u32) -> String {
+    if cfg!(windows) {
+        "an access list that lets other users write".to_owned()
+    } else {
+        format!("mode {:o}, open to group or others", mode & 0o777)
+    }
+}
+
 /// The error numbers the protocol tells apart, named portably (the numbers differ by platform).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Errno {

@@ -2,7 +2,8 @@
 //! with the rest of the suite and on Windows under Wine in CI (`.ci/run`): a live holder makes
 //! `run` exit 75, a holder killed without releasing (`Child::kill`: `SIGKILL`, or
 //! `TerminateProcess` as `taskkill /F` does) is reclaimed at once by the next `run`, the
-//! command's exit status is passed through, and `status --json` parses.
+//! command's exit status is passed through, `status --json` parses, and the command of a
+//! killed `dirlock run` dies with it (Linux: the parent-death signal; Windows: the job object).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -113,6 +114,79 @@ fn exit_with() {
     if let Some(code) = std::env::args().skip_while(|a| a != "--").nth(1) {
         std::process::exit(code.parse().unwrap());
     }
+}
+
+/// Takes `b.lock` in the directory given after `--` and holds it for up to a minute (then
+/// exits on its own, so that a test that fails leaves nothing running for long); does nothing
+/// as an ordinary test.
+#[test]
+#[ignore = "a command for the other tests, run by `dirlock run`"]
+fn hold_b() {
+    if let Some(dir) = std::env::args().skip_while(|a| a != "--").nth(1) {
+        let _guard = dirlock::Locks::in_dir(dir)
+            .unwrap()
+            .named_lock("b.lock")
+            .acquire()
+            .unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+        std::process::exit(0);
+    }
+}
+
+/// The state of lock `name` in `dir`, as `status --json` says it.
+fn state(dir: &Path, name: &str) -> String {
+    let out = dirlock(&[
+        os("status"),
+        os("--json"),
+        os("--dir"),
+        dir.as_os_str(),
+        os("--lock"),
+        os(name),
+    ]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    status["state"].as_str().unwrap_or("?").to_owned()
+}
+
+/// Waits up to `secs` for lock `name` in `dir` to be in `want`; the last state seen.
+fn await_state(dir: &Path, name: &str, want: &str, secs: u64) -> String {
+    let mut seen = String::new();
+    for _ in 0..secs * 20 {
+        seen = state(dir, name);
+        if seen == want {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    seen
+}
+
+#[test]
+fn the_command_of_a_killed_run_dies_with_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("locks");
+    let me = std::env::current_exe().unwrap();
+    let run = Command::new(EXE)
+        .args(["run", "--lock", "a.lock", "--dir"])
+        .arg(&dir)
+        .arg("--")
+        .arg(&me)
+        .args(["--ignored", "--exact", "hold_b", "--"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut run = Holder { child: run };
+    assert_eq!(await_state(&dir, "b.lock", "held", 60), "held");
+    run.child.kill().unwrap();
+    run.child.wait().unwrap();
+    // The command's lock is dead by proof once the command is gone.
+    assert_eq!(
+        await_state(&dir, "b.lock", "dead-by-proof", 20),
+        "dead-by-proof",
+        "the command outlived its killed `dirlock run`"
+    );
 }
 
 #[test]

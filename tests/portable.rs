@@ -192,8 +192,97 @@ fn a_timeout_and_a_cancel_end_a_wait() {
     });
     std::thread::sleep(Duration::from_millis(200));
     cancel.cancel();
-    let err = waiter.join().unwrap().unwrap_err();
+    let err = within(30, waiter).unwrap_err();
     assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+}
+
+/// The result of `thread` if it ends within `secs` (a wait that never ends fails the test
+/// instead of hanging it).
+fn within<T: Send + 'static>(secs: u64, thread: std::thread::JoinHandle<T>) -> T {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if thread.is_finished() {
+            return thread.join().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // The thread is left blocked; the process exit ends it.
+    panic!("still waiting after {secs} s");
+}
+
+/// Writes a private lock directory `name` in `dir` holding `record`, as another
+/// implementation (or damage) would leave it.
+fn plant(dir: &Path, name: &str, record: &str) {
+    let lock = dir.join(name);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&lock)
+            .unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(lock.join("owner.json"))
+            .unwrap();
+        std::io::Write::write_all(&mut f, record.as_bytes()).unwrap();
+    }
+    #[cfg(not(unix))]
+    {
+        std::fs::create_dir(&lock).unwrap();
+        std::fs::write(lock.join("owner.json"), record).unwrap();
+    }
+}
+
+#[test]
+fn a_pid_judged_owner_is_live_while_its_process_runs_and_dead_after() {
+    let (_tmp, dir, until) = setup();
+    let holder = Holder::start(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    // A reference implementation's record: a pid and a token, no beacon.
+    plant(
+        &dir,
+        "ref.lock",
+        &format!(r#"{{"pid":{},"token":"7f1c0e52-reference"}}"#, holder.pid()),
+    );
+    let status = locks.named_lock("ref.lock").status().unwrap();
+    assert_eq!(status.state, State::Held, "{status:?}");
+    holder.kill();
+    let status = locks.named_lock("ref.lock").status().unwrap();
+    assert!(
+        matches!(status.state, State::DeadByEvidence { .. }),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn a_waiter_on_a_damaged_lock_in_use_hears_when_its_holder_dies() {
+    let (_tmp, dir, until) = setup();
+    let holder = Holder::start(&dir, &until);
+    // Damage the held lock's record: the waiter can only wait for its beacon to be let go.
+    std::fs::write(dir.join(LOCK).join("owner.json"), b"garbage").unwrap();
+    let waiter = std::thread::spawn({
+        let dir = dir.clone();
+        move || {
+            Locks::in_dir(&dir)
+                .unwrap()
+                .named_lock(LOCK)
+                .wait(Wait::Forever)
+                .acquire()
+                .map(drop)
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !waiter.is_finished(),
+        "the waiter did not wait for the holder"
+    );
+    holder.kill();
+    // Once its holder is gone, the damaged lock is reported, not waited on forever.
+    let err = within(30, waiter).unwrap_err();
+    assert!(matches!(err, Error::Malformed { .. }), "{err}");
 }
 
 #[test]

@@ -54,7 +54,7 @@ pub(crate) enum Cmd {
         /// Exit with status N when the lock is held by another process.
         #[arg(short = 'E', long, value_name = "N", default_value_t = EX_TEMPFAIL)]
         conflict_exit_code: u8,
-        /// Run STRING through `sh -c` instead of CMD.
+        /// Run STRING through `sh -c` (on Windows `cmd /C`) instead of CMD.
         #[arg(
             short = 'c',
             long = "command",

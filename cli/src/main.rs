@@ -51,6 +51,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             cmd,
         } => {
             let command = match shell {
+                Some(script) if cfg!(windows) => vec!["cmd".into(), "/C".into(), script.into()],
                 Some(script) => vec!["sh".into(), "-c".into(), script.into()],
                 None => cmd,
             };

@@ -82,15 +82,17 @@ pub(crate) fn run(
     }
     let status = child.wait();
     *lock_phase() = Phase::Done;
+    // What the command left running may outlive us now, as on Unix (without the lock).
+    sys::command_exited();
     // Released after the command exits, whatever happened to it.
     let released = guard.release();
     let status = status.map_err(|e| Failure(format!("cannot wait for the command: {e}"), 1))?;
     let code = sys::exit_code(&status);
     if let Err(e) = released {
         say(&explain(&e));
-        return Ok(ExitCode::from(if code == 0 { 1 } else { code as u8 }));
+        return Ok(sys::exit_status(if code == 0 { 1 } else { code }));
     }
-    Ok(ExitCode::from(code.clamp(0, 255) as u8))
+    Ok(sys::exit_status(code))
 }
 
 /// Starts the thread that receives SIGINT, SIGTERM and SIGHUP, and does what the phase asks.

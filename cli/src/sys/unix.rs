@@ -248,3 +248,11 @@ pub fn exit_code(status: &std::process::ExitStatus) -> i32 {
         _ => 1,
     }
 }
+
+/// The exit status for `code` (0 to 255 here: a code or 128 + a signal).
+pub fn exit_status(code: i32) -> std::process::ExitCode {
+    std::process::ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+/// Nothing to do on Unix: the parent-death signal reaches only the command itself.
+pub fn command_exited() {}

@@ -7,9 +7,10 @@
 //!   They are numbered as the signals they stand for: Ctrl-C 2 (SIGINT), Ctrl-Break 21
 //!   (SIGBREAK), the others 15 (SIGTERM).
 //! - The first spawn puts this process in a job object with `KILL_ON_JOB_CLOSE`; the command
-//!   and whatever it starts inherit the job. When `dirlock run` ends, however it ends (even by
-//!   `taskkill /F`), the last handle to the job closes and the kernel kills them all, so no
-//!   contender of either implementation gets the lock while the command runs.
+//!   and whatever it starts inherit the job. If `dirlock run` dies while the command runs
+//!   (even by `taskkill /F`), the last handle to the job closes and the kernel kills them all,
+//!   so no contender of either implementation gets the lock while the command runs. Once the
+//!   command has exited, the limit is taken off: what it left running outlives us, as on Unix.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -85,13 +86,16 @@ pub fn send_signal(_pid: u32, _sig: i32) {}
 /// The job this process joined, kept open for our whole life (its last handle closing is what
 /// kills the command).
 struct Job {
-    _handle: HANDLE,
+    handle: HANDLE,
 }
 
 // SAFETY: a job handle may be used from any thread; it is never closed.
 unsafe impl Send for Job {}
 // SAFETY: as above.
 unsafe impl Sync for Job {}
+
+/// The job, once the first spawn made it (or why it could not).
+static JOB: OnceLock<Result<Job, String>> = OnceLock::new();
 
 fn join_a_job() -> io::Result<Job> {
     // SAFETY: no security attributes, unnamed.
@@ -118,14 +122,13 @@ fn join_a_job() -> io::Result<Job> {
     if unsafe { AssignProcessToJobObject(job, GetCurrentProcess()) } == 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(Job { _handle: job })
+    Ok(Job { handle: job })
 }
 
 /// Makes the command that `cmd` spawns (and what it starts) die when this process does: this
 /// process joins a kill-on-close job once, and children inherit it. Returns why not, where the
 /// job cannot be made or joined (the command then outlives a killed `dirlock run`).
 pub fn die_with_parent(_cmd: &mut std::process::Command) -> Option<String> {
-    static JOB: OnceLock<Result<Job, String>> = OnceLock::new();
     JOB.get_or_init(|| join_a_job().map_err(|e| e.to_string()))
         .as_ref()
         .err()
@@ -135,4 +138,34 @@ pub fn die_with_parent(_cmd: &mut std::process::Command) -> Option<String> {
 /// The exit status `dirlock run` passes on: the command's exit code.
 pub fn exit_code(status: &std::process::ExitStatus) -> i32 {
     status.code().unwrap_or(1)
+}
+
+/// The exit status for the command's `code`. Windows exit codes are 32 bits (a crash is
+/// `0xC0000005`, a Ctrl-C'd program `0xC000013A`): one outside 0 to 255 cannot be an
+/// `ExitCode`, so this process exits with it at once (the lock is released by then).
+pub fn exit_status(code: i32) -> std::process::ExitCode {
+    match u8::try_from(code) {
+        Ok(c) => std::process::ExitCode::from(c),
+        Err(_) => std::process::exit(code),
+    }
+}
+
+/// The command exited: what it left running may outlive us, as on Unix (without the lock,
+/// which is released next). Takes `KILL_ON_JOB_CLOSE` off the job, which then ends with us
+/// without killing anyone.
+pub fn command_exited() {
+    if let Some(Ok(job)) = JOB.get() {
+        // SAFETY: the structure is plain data; all-zero is "no limits".
+        let limits: JOBOBJECT_EXTENDED_LIMIT_INFORMATION = unsafe { std::mem::zeroed() };
+        // SAFETY: the job is open; `limits` is valid for its size. A failure leaves the
+        // command's leftovers to be killed with us, as before.
+        unsafe {
+            SetInformationJobObject(
+                job.handle,
+                JobObjectExtendedLimitInformation,
+                (&limits as *const JOBOBJECT_EXTENDED_LIMIT_INFORMATION).cast(),
+                std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+            )
+        };
+    }
 }

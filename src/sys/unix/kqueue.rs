@@ -23,6 +23,9 @@ pub struct Watch {
     kq: OwnedFd,
     /// Kept open for the registration (closing it would drop the filter).
     _dir: OwnedFd,
+    /// A beacon whose release by death nothing here reports (macOS has no `NOTE_CLOSE`, and
+    /// the holder's process could not be watched): looked at again every 100 ms.
+    recheck: bool,
 }
 
 /// The vnode events that may mean the lock directory changed hands.
@@ -89,6 +92,7 @@ pub(super) fn watch(lock: &OwnedFd, pid: Option<u32>, beacon: bool) -> io::Resul
             vnode_events(beacon),
         ),
     )?;
+    let mut exit_watched = false;
     if let Some(pid) = pid.filter(|&p| p > 0 && p <= i32::MAX as u32) {
         let exit = change(
             pid as usize,
@@ -97,17 +101,28 @@ pub(super) fn watch(lock: &OwnedFd, pid: Option<u32>, beacon: bool) -> io::Resul
             libc::NOTE_EXIT,
         );
         match register(&kq, &exit) {
-            Ok(()) => {}
+            Ok(()) => exit_watched = true,
             // Gone already (the caller's next look sees it), or not ours to watch (another
             // user's process: the directory's events still come).
             Err(e) if matches!(e.raw_os_error(), Some(libc::ESRCH) | Some(libc::EPERM)) => {}
             Err(e) => return Err(e),
         }
     }
-    Ok(Some(Watch { kq, _dir: dir }))
+    let recheck = beacon && !exit_watched && cfg!(not(target_os = "freebsd"));
+    Ok(Some(Watch {
+        kq,
+        _dir: dir,
+        recheck,
+    }))
 }
 
 impl Watch {
+    /// How often to look again at a beacon nothing here reports the release of.
+    pub(super) fn recheck(&self) -> Option<std::time::Duration> {
+        self.recheck
+            .then_some(std::time::Duration::from_millis(100))
+    }
+
     /// The descriptor a sleeper polls for this watch: the kqueue (readable while it has
     /// events), then two unused slots.
     pub(super) fn fds(&self) -> [RawFd; 3] {

@@ -85,6 +85,11 @@ pub(super) fn watch(lock: &OwnedFd, pid: Option<u32>, beacon: bool) -> io::Resul
 }
 
 impl Watch {
+    /// Never: inotify sees a beacon's last close, whoever closes it.
+    pub(super) fn recheck(&self) -> Option<std::time::Duration> {
+        None
+    }
+
     /// The descriptors a sleeper polls for this watch: the shared inotify instance, this
     /// waiter's eventfd, the holder's pidfd (-1 where there is none; poll skips it).
     pub(super) fn fds(&self) -> [RawFd; 3] {

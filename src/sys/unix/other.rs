@@ -41,6 +41,10 @@ pub(super) fn watch(
 }
 
 impl Watch {
+    pub(super) fn recheck(&self) -> Option<std::time::Duration> {
+        match *self {}
+    }
+
     pub(super) fn fds(&self) -> [RawFd; 3] {
         match *self {}
     }

@@ -100,10 +100,15 @@ pub(super) fn sleep(
         })
         .collect();
     let deadline = timeout.map(|t| Instant::now() + t);
+    // A watch that cannot see what it waits for (macOS: a beacon's release by death, when the
+    // holder's process cannot be watched) asks to be looked at again now and then.
+    let recheck = watch.and_then(Watch::recheck);
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let capped = recheck.filter(|r| left.is_none_or(|l| l > *r));
+        let wait = capped.or(left);
         // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms(left)) };
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms(wait)) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -112,7 +117,12 @@ pub(super) fn sleep(
             return Err(e);
         }
         if n == 0 {
-            return Ok(Wake::TimedOut);
+            // Capped: not the caller's deadline, but time to look again.
+            return Ok(if capped.is_some() {
+                Wake::Changed
+            } else {
+                Wake::TimedOut
+            });
         }
         if fds[0].revents != 0 {
             return Ok(Wake::Cancelled);

@@ -655,8 +655,8 @@ impl System for Real {
         process_times(pid).map(|(_, t)| t)
     }
 
-    fn watch(&self, lock: &Dir, pid: Option<u32>, _beacon: bool) -> io::Result<Option<Watch>> {
-        wait::watch(lock, pid)
+    fn watch(&self, lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Option<Watch>> {
+        wait::watch(lock, pid, beacon)
     }
 
     fn sleep(

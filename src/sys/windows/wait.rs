@@ -80,10 +80,16 @@ impl Drop for Notification {
 pub struct Watch {
     names: Option<Notification>,
     process: Option<Handle>,
+    /// A beacon holder whose process could not be watched: nothing signals its beacon's
+    /// release by death, so the sleeper looks again every [`RECHECK`].
+    recheck: bool,
 }
 
+/// How often a waiter looks again at a beacon it cannot be woken for.
+const RECHECK: Duration = Duration::from_millis(100);
+
 /// Registers a waiter on `lock` (its parent's names) and, when given, on `pid`'s exit.
-pub(crate) fn watch(lock: &Dir, pid: Option<u32>) -> io::Result<Option<Watch>> {
+pub(crate) fn watch(lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Option<Watch>> {
     let parent = lock.current_path()?.parent().map(Path::to_path_buf);
     let names = parent.and_then(|p| {
         let wide = super::wide(&p);
@@ -107,7 +113,12 @@ pub(crate) fn watch(lock: &Dir, pid: Option<u32>) -> io::Result<Option<Watch>> {
     if names.is_none() && process.is_none() {
         return Ok(None);
     }
-    Ok(Some(Watch { names, process }))
+    let recheck = beacon && process.is_none();
+    Ok(Some(Watch {
+        names,
+        process,
+        recheck,
+    }))
 }
 
 fn ms(left: Option<Duration>) -> u32 {
@@ -148,10 +159,17 @@ pub(crate) fn sleep(
         return Ok(Wake::TimedOut);
     }
     let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    let capped = watch.is_some_and(|w| w.recheck) && left.is_none_or(|l| l > RECHECK);
+    let wait = if capped { Some(RECHECK) } else { left };
     // SAFETY: `handles` holds 1 to 3 open handles for the duration of the call.
-    let rc = unsafe { WaitForMultipleObjects(handles.len() as u32, handles.as_ptr(), 0, ms(left)) };
+    let rc = unsafe { WaitForMultipleObjects(handles.len() as u32, handles.as_ptr(), 0, ms(wait)) };
     if rc == WAIT_TIMEOUT {
-        return Ok(Wake::TimedOut);
+        // Capped: not the caller's deadline, but time to look at the beacon again.
+        return Ok(if capped {
+            Wake::Changed
+        } else {
+            Wake::TimedOut
+        });
     }
     if rc == WAIT_FAILED {
         return Err(io::Error::last_os_error());

@@ -133,6 +133,19 @@ fn hold_b() {
     }
 }
 
+/// `status --all --json` of `dir`.
+fn status_all(dir: &Path) -> serde_json::Value {
+    let out = dirlock(&[
+        os("status"),
+        os("--all"),
+        os("--json"),
+        os("--dir"),
+        dir.as_os_str(),
+    ]);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
 /// The state of lock `name` in `dir`, as `status --json` says it.
 fn state(dir: &Path, name: &str) -> String {
     let out = dirlock(&[
@@ -203,14 +216,7 @@ fn run_passes_the_exit_status_and_a_live_holder_makes_it_exit_75() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains(&holder.pid().to_string()), "{said}");
 
-    let out = dirlock(&[
-        os("status"),
-        os("--all"),
-        os("--json"),
-        os("--dir"),
-        dir.as_os_str(),
-    ]);
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = status_all(&dir);
     assert_eq!(status["locks"][0]["state"], "held", "{status}");
     assert_eq!(status["locks"][0]["owner"]["pid"], holder.pid(), "{status}");
 }
@@ -224,14 +230,7 @@ fn a_killed_holder_is_reclaimed_at_once_by_the_next_run() {
     holder.child.kill().unwrap();
     holder.child.wait().unwrap();
 
-    let out = dirlock(&[
-        os("status"),
-        os("--all"),
-        os("--json"),
-        os("--dir"),
-        dir.as_os_str(),
-    ]);
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = status_all(&dir);
     assert_eq!(status["locks"][0]["state"], "dead-by-proof", "{status}");
 
     // At once: `run` does not wait by default, and a dead-by-evidence owner would make it
@@ -239,14 +238,7 @@ fn a_killed_holder_is_reclaimed_at_once_by_the_next_run() {
     let out = run_exiting_with(&dir, 0);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 
-    let out = dirlock(&[
-        os("status"),
-        os("--all"),
-        os("--json"),
-        os("--dir"),
-        dir.as_os_str(),
-    ]);
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let status = status_all(&dir);
     assert_eq!(
         status["locks"].as_array().map(Vec::len),
         Some(0),

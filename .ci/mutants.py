@@ -295,6 +295,10 @@ MUTANTS = [
      'if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {',
      'if false {',
      'it', 'guards::a_killed_test_binary_leaves_no_process'),
+    ('pid-judged-holder-unwatched-without-pidfd', 'src/sys/unix/linux.rs',
+     '    let recheck = pid.is_some() && !beacon && pidfd.is_none();',
+     '    let recheck = false;',
+     'it', 'waiting::a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd'),
     # The simulation's own breaks: a reclaimer that takes no guard, and one that retires
     # whatever lock it finds (both let two reclaimers of one dead owner overlap).
     ('reclaim-without-the-guard', 'src/reclaim.rs',

@@ -79,6 +79,9 @@ pub(crate) struct Config {
     pub no_flock: bool,
     /// Simulate a FUSE filesystem without no-replace renames (see `State::fuse`).
     pub fuse: bool,
+    /// Simulate a kernel that cannot watch a process's exit (no pidfd): waiters on a
+    /// pid-judged holder must look again on their own (see `SimWatch::recheck`).
+    pub no_pidfd: bool,
 }
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
@@ -142,6 +145,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         preemptions: None,
         no_flock: at(5) % 4 == 0,
         fuse,
+        no_pidfd: at(5) / 4 % 2 == 1,
     };
     let mut strategy = Bytes {
         data: rest,
@@ -203,6 +207,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             mutant: cfg.mutant,
             no_flock: cfg.no_flock,
             fuse: cfg.fuse,
+            no_pidfd: cfg.no_pidfd,
             marked_by: HashMap::new(),
             owned: Default::default(),
         }),

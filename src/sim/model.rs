@@ -43,9 +43,35 @@ pub(crate) enum Status {
     Ready,
     Sleeping {
         until: Option<Duration>,
-        watch: Option<(Ino, u64)>,
+        watch: Option<SimWatch>,
     },
     Done,
+}
+
+/// What a sleeper is woken by, as inotify and a pidfd would wake it: a change of the inode
+/// `ino` (its `epoch` moves on), or the exit of the process in `slot`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct SimWatch {
+    pub(crate) ino: Ino,
+    pub(crate) epoch: u64,
+    /// The watched process (the one the pid named when the watch was made: a pidfd does not
+    /// follow a reused pid).
+    pub(crate) slot: Option<usize>,
+    /// A pid asked for that could not be watched: the sleeper looks again every
+    /// [`SimWatch::RECHECK`], as the real watches do.
+    pub(crate) recheck: bool,
+}
+
+impl SimWatch {
+    pub(crate) const RECHECK: Duration = Duration::from_millis(100);
+
+    /// Whether what it watches has happened.
+    pub(crate) fn fired(&self, st: &State) -> bool {
+        st.inodes
+            .get(&self.ino)
+            .is_none_or(|i| i.epoch != self.epoch)
+            || self.slot.is_some_and(|s| !st.procs[s].alive)
+    }
 }
 
 #[derive(Debug)]
@@ -77,6 +103,8 @@ pub(crate) struct State {
     /// empty directory, verified by the protocol), and `fstat` of a removed directory fails
     /// with ENOENT (a scheduling point, so that a removal can come between an open and it).
     pub(crate) fuse: bool,
+    /// No process-exit watch (as without pidfd): see `Config::no_pidfd`.
+    pub(crate) no_pidfd: bool,
     /// Who wrote the marker in each guard directory (the guard's holder where there is no flock).
     pub(crate) marked_by: HashMap<Ino, usize>,
     /// The tokens each process wrote and is not done with (`System::own_token`).

@@ -324,8 +324,7 @@ fn ready(st: &State, slot: usize) -> bool {
     match st.procs[slot].status {
         Status::Ready => true,
         Status::Sleeping { until, watch } => {
-            until.is_some_and(|u| u <= st.mono)
-                || watch.is_some_and(|(ino, e)| st.inodes.get(&ino).is_none_or(|i| i.epoch != e))
+            until.is_some_and(|u| u <= st.mono) || watch.is_some_and(|w| w.fired(st))
         }
         _ => false,
     }

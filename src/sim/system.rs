@@ -84,7 +84,7 @@ impl SimSys {
 
 impl System for SimSys {
     type Dir = SimDir;
-    type Watch = (Ino, u64);
+    type Watch = SimWatch;
 
     fn identity(&self) -> Identity {
         let st = self.world.lock();
@@ -438,7 +438,12 @@ impl System for SimSys {
                 if !conflict {
                     st.ofds.get_mut(&fd).expect("open").lock = Some(false);
                 }
-                Ok(conflict.then(|| (ino, st.inodes.get(&ino).map_or(0, |i| i.epoch))))
+                Ok(conflict.then(|| SimWatch {
+                    ino,
+                    epoch: st.inodes.get(&ino).map_or(0, |i| i.epoch),
+                    slot: None,
+                    recheck: false,
+                }))
             })?;
             match blocked {
                 None => return Ok(()), // granted (kept until the directory is closed)
@@ -468,26 +473,38 @@ impl System for SimSys {
             .map(|s| st.procs[s].start)
     }
 
-    fn watch(
-        &self,
-        lock: &SimDir,
-        _pid: Option<u32>,
-        _beacon: bool,
-    ) -> io::Result<Option<(Ino, u64)>> {
+    /// As on Linux: the directory's changes (inotify) and, for a holder judged by pid, its
+    /// exit (a pidfd, of the live process the pid names now), or, without pidfd or a live
+    /// process, a recheck.
+    fn watch(&self, lock: &SimDir, pid: Option<u32>, beacon: bool) -> io::Result<Option<SimWatch>> {
         let st = self.world.lock();
         let ino = self.ino(&st, lock)?;
-        Ok(Some((ino, st.inodes.get(&ino).map_or(0, |i| i.epoch))))
+        let pid = pid.filter(|_| !beacon);
+        let slot = pid
+            .filter(|_| !st.no_pidfd)
+            .and_then(|p| st.slot_of_pid(p))
+            .filter(|s| st.procs[*s].alive);
+        Ok(Some(SimWatch {
+            ino,
+            epoch: st.inodes.get(&ino).map_or(0, |i| i.epoch),
+            slot,
+            recheck: pid.is_some() && slot.is_none(),
+        }))
     }
 
     fn sleep(
         &self,
-        watch: Option<&(Ino, u64)>,
+        watch: Option<&SimWatch>,
         timeout: Option<Duration>,
         _cancel: Option<&CancelHandle>,
     ) -> io::Result<Wake> {
-        let until = {
+        let (until, capped) = {
             let st = self.world.lock();
-            timeout.map(|t| st.mono + t)
+            let recheck = watch
+                .filter(|w| w.recheck)
+                .map(|_| SimWatch::RECHECK)
+                .filter(|r| timeout.is_none_or(|t| t > *r));
+            (recheck.or(timeout).map(|t| st.mono + t), recheck.is_some())
         };
         let st = self.world.yield_point(
             self.slot,
@@ -496,9 +513,8 @@ impl System for SimSys {
                 watch: watch.copied(),
             },
         );
-        let changed =
-            watch.is_some_and(|(ino, epoch)| st.inodes.get(ino).is_none_or(|i| i.epoch != *epoch));
-        Ok(if changed {
+        // A recheck's end is not the caller's deadline: it is told to look again.
+        Ok(if capped || watch.is_some_and(|w| w.fired(&st)) {
             Wake::Changed
         } else {
             Wake::TimedOut

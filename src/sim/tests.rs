@@ -14,6 +14,7 @@ fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
         preemptions: None,
         no_flock: false,
         fuse: false,
+        no_pidfd: false,
     }
 }
 
@@ -197,6 +198,34 @@ fn observers_and_hostile_records(seeds: std::ops::Range<u64>) -> usize {
         steps += random(&cfg, seeds.clone());
     }
     steps
+}
+
+/// A waiter on a holder judged by its pid alone (a record without a beacon naming a live
+/// process) wakes when that process dies: by the kernel's process watch (pidfd), or, where
+/// there is none, by looking again on its own. (A watch that forgets the pid leaves every
+/// waiter asleep forever once the holder is killed: I7.)
+#[test]
+fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies() {
+    let mut steps = 0;
+    for no_pidfd in [false, true] {
+        // The record names the last process started: an observer that exits when its looks
+        // are done, or a waiter that may crash.
+        for last in [
+            Script::Observer,
+            Script::Worker {
+                rounds: 1,
+                wait: Wait::Forever,
+            },
+        ] {
+            let mut scripts = vec![Script::Planter(Plant::TheirOwnPid)];
+            scripts.extend(workers(1, Wait::Forever));
+            scripts.push(last);
+            let mut cfg = config(scripts, Mutant::None);
+            cfg.no_pidfd = no_pidfd;
+            steps += random(&cfg, 0..150);
+        }
+    }
+    eprintln!("pid-judged holders: {steps} steps");
 }
 
 #[test]

@@ -242,7 +242,9 @@ pub trait System {
     /// (or the death of whoever held it) when `beacon`, and the exit of process `pid` when given:
     /// the holder a pid-judged lock waits on, or the beacon holder's recorded pid, which a
     /// platform that cannot see the beacon let go (macOS: kqueue reports no close) watches
-    /// instead. `Ok(None)` when the system offers no way to be woken; the caller then backs off.
+    /// instead. What the watch cannot be woken for (a pid whose exit the kernel cannot report),
+    /// its sleeps look at again every 100 ms. `Ok(None)` when the system offers no way to be
+    /// woken; the caller then backs off.
     fn watch(
         &self,
         lock: &Self::Dir,

@@ -157,3 +157,60 @@ fn a_live_holder_is_waited_for_without_spinning() {
         });
     }
 }
+
+/// A holder judged by its pid alone (a record without a beacon, as on a filesystem without
+/// flock) wakes its waiter when it dies, also where the kernel cannot watch a process (no
+/// pidfd: kernels before 5.3, some sandboxes): the waiter looks again on its own instead of
+/// sleeping until something else touches the lock.
+#[test]
+fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd() {
+    if lacks(
+        "waiting::a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let mut victim = ChildGuard::spawn(std::process::Command::new("sleep").arg("60"));
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let rec = format!(
+        r#"{{"pid":{},"token":"victim","pid_namespace":"{}","beacon":false}}"#,
+        victim.id(),
+        ns.display()
+    );
+    // Old enough that its holder's death, once seen, is all it takes (no grace to wait out).
+    plant(fx.dir(), "p.lock", &rec, Duration::from_secs(3600));
+    let trace = fx.tmp.path().join("strace.out");
+    let trace_s = trace.to_str().unwrap();
+    let strace = [
+        "strace",
+        "-f",
+        "-o",
+        trace_s,
+        "-e",
+        "trace=pidfd_open",
+        "-e",
+        "inject=pidfd_open:error=ENOSYS",
+    ];
+    // The holder is started from this thread (its death signal follows the thread that
+    // spawned it); the victim is killed from another once the waiter sleeps.
+    let refused = std::thread::scope(|s| {
+        let killer = s.spawn(|| {
+            // The waiter asked for a pidfd and was refused: it sleeps on the lock's inotify
+            // watch alone.
+            let refused = eventually(Duration::from_secs(20), || {
+                std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("ENOSYS"))
+            });
+            victim.kill().unwrap();
+            victim.wait().unwrap();
+            refused
+        });
+        let holder = Holder::try_start_under(&strace, fx.dir(), &["--lock", "p.lock", "--wait"]);
+        let refused = killer.join().unwrap();
+        let holder = holder.expect("the waiter gets the lock once its holder is dead");
+        holder.release();
+        refused
+    });
+    assert!(refused, "the waiter never asked for a pidfd");
+}

@@ -23,8 +23,9 @@ pub struct Watch {
     kq: OwnedFd,
     /// Kept open for the registration (closing it would drop the filter).
     _dir: OwnedFd,
-    /// A beacon whose release by death nothing here reports (macOS has no `NOTE_CLOSE`, and
-    /// the holder's process could not be watched): looked at again every 100 ms.
+    /// What decides the holder's fate and nothing here reports (a beacon's release by death on
+    /// macOS, which has no `NOTE_CLOSE`, or a pid-judged holder's exit, when its process could
+    /// not be watched): looked at again every 100 ms.
     recheck: bool,
 }
 
@@ -108,7 +109,15 @@ pub(super) fn watch(lock: &OwnedFd, pid: Option<u32>, beacon: bool) -> io::Resul
             Err(e) => return Err(e),
         }
     }
-    let recheck = beacon && !exit_watched && cfg!(not(target_os = "freebsd"));
+    // What nothing here reports is looked at again: a beacon's release by death where there
+    // is no `NOTE_CLOSE` (macOS) and its holder's exit is not watched, and the exit of a
+    // holder judged by pid that could not be watched.
+    let recheck = !exit_watched
+        && if beacon {
+            cfg!(not(target_os = "freebsd"))
+        } else {
+            pid.is_some()
+        };
     Ok(Some(Watch {
         kq,
         _dir: dir,
@@ -117,7 +126,7 @@ pub(super) fn watch(lock: &OwnedFd, pid: Option<u32>, beacon: bool) -> io::Resul
 }
 
 impl Watch {
-    /// How often to look again at a beacon nothing here reports the release of.
+    /// How often to look again at a holder nothing here reports the end of.
     pub(super) fn recheck(&self) -> Option<std::time::Duration> {
         self.recheck
             .then_some(std::time::Duration::from_millis(100))

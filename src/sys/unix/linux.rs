@@ -66,7 +66,13 @@ pub(super) fn pid_namespace() -> Option<String> {
 pub struct Watch {
     inotify: Option<inotify::Registration>,
     pidfd: Option<OwnedFd>,
+    /// A holder judged by pid whose exit no pidfd reports (a kernel before 5.3, a sandbox that
+    /// refuses `pidfd_open`, a pid already gone): looked at again every [`RECHECK`].
+    recheck: bool,
 }
+
+/// How often a waiter looks again at a holder whose exit it cannot be woken for.
+const RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Registers a waiter: an inotify watch on `lock` (its rename, removal, mode change, and the
 /// last close of the holder's beacon: its release or its death), and a pidfd for `pid` unless
@@ -81,13 +87,19 @@ pub(super) fn watch(lock: &OwnedFd, pid: Option<u32>, beacon: bool) -> io::Resul
     if inotify.is_none() && pidfd.is_none() {
         return Ok(None);
     }
-    Ok(Some(Watch { inotify, pidfd }))
+    let recheck = pid.is_some() && !beacon && pidfd.is_none();
+    Ok(Some(Watch {
+        inotify,
+        pidfd,
+        recheck,
+    }))
 }
 
 impl Watch {
-    /// Never: inotify sees a beacon's last close, whoever closes it.
+    /// For a holder judged by pid without a pidfd; never for a beacon, whose last close
+    /// inotify sees, whoever closes it.
     pub(super) fn recheck(&self) -> Option<std::time::Duration> {
-        None
+        self.recheck.then_some(RECHECK)
     }
 
     /// The descriptors a sleeper polls for this watch: the shared inotify instance, this

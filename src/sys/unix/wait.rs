@@ -100,8 +100,9 @@ pub(super) fn sleep(
         })
         .collect();
     let deadline = timeout.map(|t| Instant::now() + t);
-    // A watch that cannot see what it waits for (macOS: a beacon's release by death, when the
-    // holder's process cannot be watched) asks to be looked at again now and then.
+    // A watch that cannot see what it waits for (a pid-judged holder's exit without a pidfd or
+    // a process filter; on macOS, a beacon's release by death when the holder's process cannot
+    // be watched) asks to be looked at again now and then.
     let recheck = watch.and_then(Watch::recheck);
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));

@@ -80,12 +80,12 @@ impl Drop for Notification {
 pub struct Watch {
     names: Option<Notification>,
     process: Option<Handle>,
-    /// A beacon holder whose process could not be watched: nothing signals its beacon's
-    /// release by death, so the sleeper looks again every [`RECHECK`].
+    /// A holder whose process could not be watched: nothing signals its beacon's release by
+    /// death, or (judged by pid) its exit, so the sleeper looks again every [`RECHECK`].
     recheck: bool,
 }
 
-/// How often a waiter looks again at a beacon it cannot be woken for.
+/// How often a waiter looks again at a holder it cannot be woken for.
 const RECHECK: Duration = Duration::from_millis(100);
 
 /// Registers a waiter on `lock` (its parent's names) and, when given, on `pid`'s exit.
@@ -113,7 +113,9 @@ pub(crate) fn watch(lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Op
     if names.is_none() && process.is_none() {
         return Ok(None);
     }
-    let recheck = beacon && process.is_none();
+    // Without the holder's process, nothing reports a beacon's release by death, nor the
+    // exit of a holder judged by pid.
+    let recheck = process.is_none() && (beacon || pid.is_some());
     Ok(Some(Watch {
         names,
         process,

@@ -66,7 +66,7 @@ MUTANTS = [
      "it",
      "reclaim::our_own_crashed_guard_is_reused_at_once"),
     ("self-deadlock-not-refused", 'src/held.rs',
-     "if r.dir == dir && r.name == name && r.thread == me {", "if false && r.dir == dir && r.name == name && r.thread == me {",
+     "if same && r.thread == me {", "if false && same && r.thread == me {",
      "it",
      "contention::the_same_thread_is_refused_at_once"),
     ('cancel-ignored', 'src/protocol/contend.rs',
@@ -299,6 +299,14 @@ MUTANTS = [
      '    let recheck = pid.is_some() && !beacon && pidfd.is_none();',
      '    let recheck = false;',
      'it', 'waiting::a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd'),
+    ('names-differing-in-case-always-one-lock', 'src/held.rs',
+     '(r.name.eq_ignore_ascii_case(name) && found() == Some(r.lock))',
+     'r.name.eq_ignore_ascii_case(name)',
+     'portable', 'names_that_differ_only_in_case_are_one_lock_where_the_filesystem_says_so'),
+    ('links-not-followed-on-windows', 'src/paths.rs',
+     'if std::fs::symlink_metadata(&here)?.file_type().is_symlink() {',
+     'if false && std::fs::symlink_metadata(&here)?.file_type().is_symlink() {',
+     'lib', 'paths::tests::links_are_followed_and_kept_names_spelled_as_the_disk_spells_them'),
     # The simulation's own breaks: a reclaimer that takes no guard, and one that retires
     # whatever lock it finds (both let two reclaimers of one dead owner overlap).
     ('reclaim-without-the-guard', 'src/reclaim.rs',

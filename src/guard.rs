@@ -40,7 +40,7 @@ impl LockGuard {
         family: Family,
     ) -> LockGuard {
         let path = lock_dir.path.join(&held.name);
-        let serial = register(dir_id, &held.name, family, &path);
+        let serial = register(dir_id, &held.name, held.id, family, &path);
         LockGuard {
             acquirer: held.owner.pid,
             held: Some(held),

@@ -34,7 +34,11 @@ pub(crate) fn held_by_parent(dir: FileId, name: &str) -> Option<u32> {
             dev: dev.parse().ok()?,
             ino: ino.parse().ok()?,
         };
-        (id == dir && fields.next()? == name && pid != me).then_some(pid)
+        // Names compared without case: on a case-insensitive filesystem (Windows', macOS's by
+        // default) `A.lock` is `a.lock`. The caller confirms by the lock's owner, which on a
+        // case-sensitive one is not the parent's unless the parent holds both.
+        let named = fields.next()?.eq_ignore_ascii_case(name);
+        (id == dir && named && pid != me).then_some(pid)
     })
 }
 
@@ -50,6 +54,8 @@ struct Registered {
     serial: u64,
     dir: FileId,
     name: String,
+    /// The published lock directory itself.
+    lock: FileId,
     thread: ThreadId,
     family: Family,
     pid: u32,
@@ -67,9 +73,15 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
 /// Refuses what would deadlock this thread: the same lock again, or the global setup lock while
 /// it holds a repository lock (the order is setup first). Both rules are per thread: the thread
 /// is what blocks, and other threads of the process contend like other processes do.
+///
+/// The same lock is the same name in the same lock directory, or, where names differ only in
+/// case, whatever `found` (the identity of the directory now at `name`) says: on a
+/// case-insensitive filesystem `A.lock` and `a.lock` are one directory, on a case-sensitive
+/// one two.
 pub(crate) fn check_order(
     dir: FileId,
     name: &str,
+    found: impl Fn() -> Option<FileId>,
     family: Family,
     lock: &Path,
     resource: &str,
@@ -78,7 +90,9 @@ pub(crate) fn check_order(
     let me = std::thread::current().id();
     let held = registry();
     for r in held.iter().filter(|r| r.pid == pid) {
-        if r.dir == dir && r.name == name && r.thread == me {
+        let same = r.dir == dir
+            && (r.name == name || (r.name.eq_ignore_ascii_case(name) && found() == Some(r.lock)));
+        if same && r.thread == me {
             return Err(Error::AlreadyHeld {
                 lock: lock.to_owned(),
                 resource: resource.to_owned(),
@@ -95,12 +109,13 @@ pub(crate) fn check_order(
     Ok(())
 }
 
-pub(crate) fn register(dir: FileId, name: &str, family: Family, path: &Path) -> u64 {
+pub(crate) fn register(dir: FileId, name: &str, lock: FileId, family: Family, path: &Path) -> u64 {
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
     registry().push(Registered {
         serial,
         dir,
         name: name.to_owned(),
+        lock,
         thread: std::thread::current().id(),
         family,
         pid: Real.pid(),

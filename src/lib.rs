@@ -145,7 +145,13 @@
 //!   sleep in `WaitForMultipleObjects` on a change notification on the lock's directory, the
 //!   holder's process and the cancel event; privacy is a protected DACL that lets no one else
 //!   write. A child cannot inherit the beacon ([`LockGuard::keep_alive_in`] only names the
-//!   lock there); `dirlock run` puts its command in a kill-on-close job instead.
+//!   lock there); `dirlock run` puts its command in a kill-on-close job instead. A repository
+//!   or home is named by its path made absolute, with symbolic links and junctions followed
+//!   and every other name spelled as the disk spells it (the drive letter in upper case):
+//!   the reference's `fs.realpathSync` text for a path given as the disk spells it, and one
+//!   lock for spellings that differ in case. Lock names that differ only in case are one lock
+//!   where the filesystem folds case (Windows, macOS by default): a thread holding `A.lock`
+//!   is refused `a.lock` as already held, and a command run under one as its parent's.
 //!
 //! # Architecture
 //!

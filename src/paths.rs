@@ -50,24 +50,102 @@ fn path_bytes(path: &Path) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
-/// The real path of `path`, as the reference's `fs.realpathSync` gives it: on Windows without
-/// the `\\?\` prefix that `std::fs::canonicalize` adds (`\\?\UNC\server\share` becomes
-/// `\\server\share`), since the lock name hashes the path's text.
+/// The real path of `path`, as the reference's `fs.realpathSync` makes it, since the lock
+/// name hashes the path's text: on Unix `realpath(3)`; on Windows, see [`follow_links`].
 pub(crate) fn real_path(path: &Path) -> std::io::Result<PathBuf> {
-    let real = std::fs::canonicalize(path)?;
+    #[cfg(unix)]
+    return std::fs::canonicalize(path);
     #[cfg(windows)]
-    {
-        // A path that is not Unicode keeps its prefix (and so names no reference lock).
-        if let Some(text) = real.to_str() {
-            if let Some(unc) = text.strip_prefix(r"\\?\UNC\") {
-                return Ok(PathBuf::from(format!(r"\\{unc}")));
-            }
-            if let Some(local) = text.strip_prefix(r"\\?\") {
-                return Ok(PathBuf::from(local));
+    return follow_links(path, &crate::sys::name_on_disk);
+}
+
+/// Symbolic links and junctions followed in one path before it is refused (as `ELOOP`).
+#[cfg(any(windows, test))]
+const MAX_LINKS: usize = 40;
+
+/// The real path on Windows, where `spell` is [`crate::sys::name_on_disk`] (tested on Unix
+/// too, where links are easier to make). `path` is made absolute as Node's `path.resolve`
+/// makes it (`GetFullPathNameW`: `/` becomes `\`, `.` and `..` are resolved by their text, a
+/// trailing separator goes), then each component is looked at in turn: a symbolic link or
+/// junction is replaced by its target, as `fs.realpathSync` does, and any other name is
+/// spelled as `spell` says its directory spells it (the case it was made with, the long form of
+/// an 8.3 name), where Node keeps the spelling it was given. The drive letter is upper case,
+/// and no `\\?\` prefix is kept. Nothing else is resolved: a `subst` drive or a mapped network
+/// drive stays as given, as in Node (`std::fs::canonicalize` would name the volume underneath).
+/// So the reference names the same lock whenever it is given the path as the disk spells it
+/// (as `git rev-parse --show-toplevel` gives it), and for `dirlock` spellings that differ only
+/// in case name one lock.
+#[cfg(any(windows, test))]
+fn follow_links(
+    path: &Path,
+    spell: &dyn Fn(&Path) -> Option<std::ffi::OsString>,
+) -> std::io::Result<PathBuf> {
+    use std::path::{Component, Prefix};
+    let mut todo = std::path::absolute(path)?;
+    let mut links = 0;
+    'resolve: loop {
+        // `..` by its text, before any link is followed (`std::path::absolute` leaves it on
+        // Unix); `out` holds only what is resolved, so popping it is Node's reading too.
+        let mut out = PathBuf::new();
+        let mut lexical = PathBuf::new();
+        for component in todo.components() {
+            match component {
+                Component::ParentDir => {
+                    lexical.pop();
+                }
+                Component::CurDir => {}
+                c => lexical.push(c),
             }
         }
+        let mut components = lexical.components();
+        while let Some(component) = components.next() {
+            match component {
+                Component::Prefix(p) => match p.kind() {
+                    Prefix::Disk(d) | Prefix::VerbatimDisk(d) => {
+                        out.push(format!("{}:", char::from(d.to_ascii_uppercase())));
+                    }
+                    Prefix::UNC(server, share) | Prefix::VerbatimUNC(server, share) => {
+                        let mut unc = std::ffi::OsString::from(r"\\");
+                        unc.push(server);
+                        unc.push(r"\");
+                        unc.push(share);
+                        out.push(unc);
+                    }
+                    Prefix::Verbatim(_) | Prefix::DeviceNS(_) => out.push(p.as_os_str()),
+                },
+                Component::RootDir => out.push(std::path::MAIN_SEPARATOR_STR),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::Normal(name) => {
+                    let here = out.join(name);
+                    if std::fs::symlink_metadata(&here)?.file_type().is_symlink() {
+                        links += 1;
+                        if links > MAX_LINKS {
+                            return Err(std::io::Error::other(format!(
+                                "more than {MAX_LINKS} symbolic links or junctions"
+                            )));
+                        }
+                        // A relative target is relative to the link's directory, `out`.
+                        let target = std::fs::read_link(&here)?;
+                        let rest: PathBuf = components.collect();
+                        todo = std::path::absolute(out.join(target))?.join(rest);
+                        continue 'resolve;
+                    }
+                    match spell(&here) {
+                        Some(spelled) => out.push(spelled),
+                        None => out.push(name),
+                    }
+                }
+            }
+        }
+        // The root too must exist (Node checks it); the names after it were looked at.
+        if !out.components().any(|c| matches!(c, Component::Normal(_))) {
+            std::fs::symlink_metadata(&out)?;
+        }
+        return Ok(out);
     }
-    Ok(real)
 }
 
 /// The lock name for a repository whose canonical (real) path is `root`:
@@ -400,5 +478,125 @@ mod tests {
             let _ = classify(&name);
             check_names(&name);
         }
+    }
+
+    /// The real path on Windows: what Node's `fs.realpathSync` gives for a path spelled as
+    /// the disk spells it (the reference's lock name), the disk's spelling for any other, and
+    /// links followed.
+    #[cfg(windows)]
+    #[test]
+    fn windows_real_paths_are_the_references_for_the_disks_spelling() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = real_path(tmp.path()).unwrap();
+        let text = base.to_str().unwrap();
+        assert!(!text.starts_with(r"\\?\"), "{text}");
+        assert!(
+            text.as_bytes()[0].is_ascii_uppercase() && &text[1..3] == r":\",
+            "{text}"
+        );
+        let repo = base.join("Repo");
+        std::fs::create_dir_all(repo.join("Sub")).unwrap();
+        // As given, when given as the disk spells it: what Node's realpathSync keeps.
+        assert_eq!(real_path(&repo).unwrap(), repo);
+        assert_eq!(
+            real_path(&repo).unwrap(),
+            std::path::absolute(&repo).unwrap()
+        );
+        // Another case, `/`, `.`, `..`, a trailing separator and a lower-case drive letter are
+        // one lock.
+        let lower = text.to_lowercase();
+        for spelled in [
+            format!(r"{lower}\rEPO"),
+            format!(r"{text}/Repo/./Sub/../"),
+            format!(r"{text}\REPO\sub\.."),
+        ] {
+            assert_eq!(real_path(Path::new(&spelled)).unwrap(), repo, "{spelled}");
+        }
+        assert_eq!(real_path(&repo.join("sub")).unwrap(), repo.join("Sub"));
+        assert!(real_path(&repo.join("missing")).is_err());
+        // A symbolic link to a directory is followed (where links can be made: Windows asks
+        // for developer mode or a privilege).
+        let link = base.join("link");
+        // (Wine 8 reports success and makes nothing.)
+        match std::os::windows::fs::symlink_dir(&repo, &link).and_then(|()| link.metadata()) {
+            Ok(_) => {
+                assert_eq!(real_path(&link.join("sub")).unwrap(), repo.join("Sub"));
+                let relative = base.join("relative");
+                std::os::windows::fs::symlink_dir(r"Repo\Sub", &relative).unwrap();
+                assert_eq!(real_path(&relative).unwrap(), repo.join("Sub"));
+            }
+            Err(e) => eprintln!("skipped the link cases: cannot make a symbolic link: {e}"),
+        }
+    }
+
+    /// The link-following walk that makes Windows' real paths, over real symbolic links here:
+    /// absolute and relative targets, chains, links inside targets, `..` by its text (as
+    /// Node's `path.resolve` reads it), a loop refused, and each kept name spelled as `spell`
+    /// says.
+    #[cfg(unix)]
+    #[test]
+    fn links_are_followed_and_kept_names_spelled_as_the_disk_spells_them() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        let same = |p: &Path| follow_links(p, &|_| None).unwrap();
+        std::fs::create_dir_all(base.join("repo/sub/deep")).unwrap();
+        symlink(base.join("repo"), base.join("abs")).unwrap();
+        symlink("repo/sub", base.join("rel")).unwrap();
+        symlink("../rel", base.join("repo/up")).unwrap();
+        symlink("abs", base.join("chain")).unwrap();
+        for (given, real) in [
+            ("repo", "repo"),
+            ("abs", "repo"),
+            ("abs/sub/deep", "repo/sub/deep"),
+            ("rel/deep", "repo/sub/deep"),
+            ("repo/up/deep", "repo/sub/deep"),
+            ("chain/up", "repo/sub"),
+            ("repo/./sub/../sub", "repo/sub"),
+        ] {
+            let got = same(&base.join(given));
+            assert_eq!(got, base.join(real), "{given}");
+            // Where no `..` follows a link, this is realpath(3).
+            assert_eq!(
+                got,
+                std::fs::canonicalize(base.join(given)).unwrap(),
+                "{given}"
+            );
+        }
+        // `..` is read by its text, before any link (Node's `path.resolve`), not in the link's
+        // target as realpath(3) reads it.
+        assert_eq!(same(&base.join("rel/..")), base);
+        assert!(follow_links(&base.join("missing"), &|_| None).is_err());
+        symlink("loop-b", base.join("loop-a")).unwrap();
+        symlink("loop-a", base.join("loop-b")).unwrap();
+        let err = follow_links(&base.join("loop-a"), &|_| None).unwrap_err();
+        assert!(err.to_string().contains("symbolic links"), "{err}");
+        // Every kept name, and only those, is spelled as the disk spells it.
+        let asked = std::cell::RefCell::new(Vec::new());
+        let spell = |p: &Path| {
+            let name = p.file_name()?.to_owned();
+            asked.borrow_mut().push(name.clone());
+            (name == "deep").then(|| "DEEP".into())
+        };
+        let got = follow_links(&base.join("rel/deep"), &spell).unwrap();
+        assert_eq!(got, base.join("repo/sub/DEEP"));
+        // (The walk starts again after each link: the names before it are asked again.)
+        let mut asked: Vec<String> = asked
+            .into_inner()
+            .iter()
+            .map(|n| n.to_string_lossy().into_owned())
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        asked.retain(|n| seen.insert(n.clone()));
+        let mut kept: Vec<String> = base
+            .components()
+            .skip(1)
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        kept.extend(["repo", "sub", "deep"].map(String::from));
+        assert_eq!(
+            asked, kept,
+            "asked to spell a link's name, or missed a kept one"
+        );
     }
 }

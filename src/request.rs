@@ -182,7 +182,8 @@ impl LockRequest {
             |(dir, _)| dir,
             |(dir, dir_id)| {
                 used = Some((dir.clone(), *dir_id));
-                check_order(*dir_id, &name, family, &lock_path, &resource)?;
+                let found = || Real.meta_at(dir, &name).ok().map(|m| m.id);
+                check_order(*dir_id, &name, found, family, &lock_path, &resource)?;
                 let sp = self.dir.space(dir);
                 if let Some(pid) = held_by_parent(*dir_id, &name) {
                     // Our parent said it runs us under this lock: if it still holds it,

@@ -305,3 +305,25 @@ fn unlock_refuses_a_live_owner_and_retires_a_dead_one() {
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// `A.lock` and `a.lock` are one lock where the filesystem folds case, so taking the second
+/// while holding the first is this thread waiting for itself: refused, as the same name is.
+/// Where it does not, they are two locks, and both are taken.
+#[test]
+fn names_that_differ_only_in_case_are_one_lock_where_the_filesystem_says_so() {
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let upper = locks.named_lock("Case.lock").acquire().unwrap();
+    let lower = locks
+        .named_lock("case.lock")
+        .wait(Duration::from_secs(5))
+        .acquire();
+    // Whether this filesystem folds case (Windows', macOS's by default; not Linux's).
+    if dir.with_file_name("LOCKS").exists() {
+        let err = lower.map(drop).unwrap_err();
+        assert!(matches!(err, Error::AlreadyHeld { .. }), "{err:?}");
+    } else {
+        lower.unwrap().release().unwrap();
+    }
+    upper.release().unwrap();
+}

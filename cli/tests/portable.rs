@@ -245,3 +245,41 @@ fn a_killed_holder_is_reclaimed_at_once_by_the_next_run() {
         "{status}"
     );
 }
+
+/// A command run under `Nest.lock` that asks for `nest.lock`: where the filesystem folds case
+/// (Windows, macOS by default) that is its parent's lock, refused at once (exit 75) rather than
+/// waited for; where it does not (Linux), another lock, taken.
+#[test]
+fn a_nested_run_of_its_parents_lock_in_another_case_is_refused_where_names_fold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("locks");
+    let me = std::env::current_exe().unwrap();
+    let out = dirlock(&[
+        os("run"),
+        os("--dir"),
+        dir.as_os_str(),
+        os("--lock"),
+        os("Nest.lock"),
+        os("--"),
+        os(EXE),
+        os("run"),
+        os("--dir"),
+        dir.as_os_str(),
+        os("--lock"),
+        os("nest.lock"),
+        os("--"),
+        me.as_os_str(),
+        os("--ignored"),
+        os("--exact"),
+        os("exit_with"),
+        os("--"),
+        os("0"),
+    ]);
+    if dir.with_file_name("LOCKS").exists() {
+        assert_eq!(out.status.code(), Some(75), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("held by this process's parent"), "{said}");
+    } else {
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+}

@@ -20,6 +20,8 @@ mod windows;
 #[cfg(unix)]
 pub use unix::{CancelHandle, Real};
 #[cfg(windows)]
+pub(crate) use windows::name_on_disk;
+#[cfg(windows)]
 pub use windows::{CancelHandle, Real};
 
 /// The real system's open directory.

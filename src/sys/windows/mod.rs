@@ -45,14 +45,14 @@ use windows_sys::Win32::Foundation::{
     HANDLE, INVALID_HANDLE_VALUE, WAIT_OBJECT_0,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    CreateDirectoryW, CreateFileW, DeleteFileW, FileRenameInfo, FileStandardInfo, FlushFileBuffers,
-    GetFileInformationByHandle, GetFileInformationByHandleEx, GetFinalPathNameByHandleW, ReadFile,
-    RemoveDirectoryW, SetFileInformationByHandle, WriteFile, BY_HANDLE_FILE_INFORMATION,
-    CREATE_NEW, DELETE, FILE_ADD_FILE, FILE_ATTRIBUTE_DEVICE, FILE_ATTRIBUTE_DIRECTORY,
-    FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT,
-    FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_RENAME_INFO,
-    FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_STANDARD_INFO, OPEN_EXISTING,
-    READ_CONTROL, SYNCHRONIZE, VOLUME_NAME_DOS,
+    CreateDirectoryW, CreateFileW, DeleteFileW, FileRenameInfo, FileStandardInfo, FindClose,
+    FindFirstFileW, FlushFileBuffers, GetFileInformationByHandle, GetFileInformationByHandleEx,
+    GetFinalPathNameByHandleW, ReadFile, RemoveDirectoryW, SetFileInformationByHandle, WriteFile,
+    BY_HANDLE_FILE_INFORMATION, CREATE_NEW, DELETE, FILE_ADD_FILE, FILE_ATTRIBUTE_DEVICE,
+    FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_BACKUP_SEMANTICS,
+    FILE_FLAG_OPEN_REPARSE_POINT, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES,
+    FILE_RENAME_INFO, FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_STANDARD_INFO,
+    OPEN_EXISTING, READ_CONTROL, SYNCHRONIZE, VOLUME_NAME_DOS, WIN32_FIND_DATAW,
 };
 use windows_sys::Win32::System::SystemInformation::{
     ComputerNamePhysicalDnsHostname, GetComputerNameExW,
@@ -99,6 +99,36 @@ fn wide(path: &Path) -> Vec<u16> {
 
 fn last() -> io::Error {
     io::Error::last_os_error()
+}
+
+/// The name of the existing file or directory `path` as its directory spells it: the case it
+/// was created with, and the long form of an 8.3 short name. `None` when it cannot be read.
+pub(crate) fn name_on_disk(path: &Path) -> Option<OsString> {
+    let name = path.file_name()?;
+    // A pattern would match something else: such names cannot exist on Windows anyway.
+    if name
+        .encode_wide()
+        .any(|c| c == u16::from(b'*') || c == u16::from(b'?'))
+    {
+        return None;
+    }
+    let w = wide(path);
+    // SAFETY: `w` is NUL-terminated; `data` is a valid WIN32_FIND_DATAW to fill.
+    let mut data: WIN32_FIND_DATAW = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let h = unsafe { FindFirstFileW(w.as_ptr(), &mut data) };
+    if h == INVALID_HANDLE_VALUE {
+        return None;
+    }
+    // SAFETY: `h` is the search handle just opened, closed once.
+    unsafe { FindClose(h) };
+    let len = data
+        .cFileName
+        .iter()
+        .position(|&c| c == 0)
+        .unwrap_or(data.cFileName.len());
+    let found = OsString::from_wide(&data.cFileName[..len]);
+    (!found.is_empty()).then_some(found)
 }
 
 /// Opens `path` (never following a reparse point) with `access` and `share`.

@@ -125,7 +125,10 @@ fn open_private(
         .map_err(|e| Error::io("inspect the lock directory", &path, e))?;
     if meta.uid != uid {
         let fix = match role {
-            Role::Namespace => "another user made your lock namespace and may be trying to intercept your locks: have an administrator remove it, or point TMPDIR at a directory only you can write".to_owned(),
+            Role::Namespace => format!(
+                "another user made your lock namespace and may be trying to intercept your locks: have an administrator remove it, or point {} at a directory only you can write",
+                if cfg!(windows) { "TEMP" } else { "TMPDIR" }
+            ),
             Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
         };
         return Err(Error::Unsafe {

@@ -15,9 +15,11 @@ use std::time::Duration;
 /// A lock directory: the place where a family of locks lives.
 ///
 /// [`Locks::new`] uses the per-user namespace of an application,
-/// `<temp dir>/<app>-<uid>/operation-locks` (the reference implementation's layout, so
-/// `Locks::new("apnea")` addresses its locks); [`Locks::in_dir`] a directory of your own. Both
-/// are created mode 0700 and must be real directories owned by this user and private to it.
+/// `<temp dir>/<app>-<uid>/operation-locks` (on Windows `%TEMP%\<app>-user\operation-locks`:
+/// the reference implementation's layout, so `Locks::new("apnea")` addresses its locks);
+/// [`Locks::in_dir`] a directory of your own. Both are created private to this user (mode 0700;
+/// on Windows a protected DACL) and must be real directories owned by this user and private to
+/// it.
 ///
 /// A `Locks` is cheap to share (`Clone`, `Send`, `Sync`); it keeps the directory open.
 #[derive(Clone, Debug)]
@@ -28,13 +30,16 @@ pub struct Locks {
 impl Locks {
     /// The lock directory of application `app` for this user:
     /// `<temp dir>/<app>-<uid>/operation-locks`, where the temp dir is `TMPDIR` (else `TMP`,
-    /// `TEMP`, `/tmp`, as Node.js finds it). Both directories are created mode 0700.
+    /// `TEMP`, `/tmp`, as Node.js finds it). Both directories are created mode 0700. On Windows
+    /// `<temp dir>\<app>-user\operation-locks`, the temp dir `TEMP` (else `TMP`, else
+    /// `%SystemRoot%\temp`), both directories private to this user by a protected DACL.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidInput`] for an unusable `app` name; [`Error::Unsafe`] when either
-    /// directory is a symlink, owned by another user, or not mode 0700; [`Error::Io`] when it
-    /// cannot be created or opened.
+    /// directory is a symlink, owned by another user, or not private to this user (mode 0700,
+    /// or a DACL that lets no one else write); [`Error::Io`] when it cannot be created or
+    /// opened.
     ///
     /// ```no_run
     /// let locks = dirlock::Locks::new("myapp")?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 pub(crate) const EX_USAGE: u8 = 64;
 pub(crate) const EX_TEMPFAIL: u8 = 75;
 
+#[cfg(not(windows))]
 pub(crate) const EXIT_STATUS: &str = "\
 Exit status:
   0    success (for `run`: the command's own status is passed through; for `status`: the
@@ -20,6 +21,19 @@ Exit status:
   126  the command could not be run; 127 the command was not found
   128+N  the command was killed by signal N, or signal N ended `run`'s wait
   141  the output pipe was closed (as for a tool killed by SIGPIPE)";
+#[cfg(windows)]
+pub(crate) const EXIT_STATUS: &str = "\
+Exit status:
+  0    success (for `run`: the command's own exit code is passed through, whole, also one
+       above 255 such as a crash's 0xC0000005; for `status`: the lock is free, or its owner is
+       dead and the next acquisition takes it)
+  1    an error (unsafe lock directory, I/O failure, malformed lock, lost lock, ...)
+  64   usage error
+  75   the lock is held by another process (`run -E N` chooses another status); for
+       `status`: held, or not free to take (dead within its grace period, unknown, malformed)
+  126  the command could not be run; 127 the command was not found
+  130  Ctrl-C ended `run`'s wait (149: Ctrl-Break; 143: the console closing)
+  141  the output pipe was closed";
 
 /// Cross-process directory locks that survive crashes without ever letting two processes in.
 #[derive(Parser, Debug)]
@@ -32,14 +46,39 @@ pub(crate) struct Cli {
 #[derive(Subcommand, Debug)]
 pub(crate) enum Cmd {
     /// Take the lock, run a command, release the lock; exit with the command's status.
-    ///
-    /// While it waits, SIGINT, SIGTERM and SIGHUP (Ctrl-C included) abandon the wait and exit 128+N
-    /// without running the command. Once it runs, those signals sent to `dirlock run` are
-    /// forwarded to it. The command never outlives `dirlock run`: if `dirlock run` is killed
-    /// (even by SIGKILL), the kernel kills the command too. The command inherits the lock's
-    /// beacon (unless -o), so what it leaves running in the background keeps the lock held.
-    /// It finds the lock named in DIRLOCK_HELD, so that a nested `dirlock run` (or library
-    /// call) for the same lock is refused instead of waiting for its own parent.
+    #[cfg_attr(
+        any(target_os = "linux", target_os = "freebsd"),
+        doc = "\n\nWhile it waits, SIGINT, SIGTERM and SIGHUP (Ctrl-C included) abandon the \
+        wait and exit 128+N without running the command. Once it runs, those signals sent to \
+        `dirlock run` are forwarded to it. The command never outlives `dirlock run`: if \
+        `dirlock run` is killed (even by SIGKILL), the kernel kills the command too. The \
+        command inherits the lock's beacon (unless -o), so what it leaves running in the \
+        background keeps the lock held. It finds the lock named in DIRLOCK_HELD, so that a \
+        nested `dirlock run` (or library call) for the same lock is refused instead of waiting \
+        for its own parent."
+    )]
+    #[cfg_attr(
+        all(unix, not(any(target_os = "linux", target_os = "freebsd"))),
+        doc = "\n\nWhile it waits, SIGINT, SIGTERM and SIGHUP (Ctrl-C included) abandon the \
+        wait and exit 128+N without running the command. Once it runs, those signals sent to \
+        `dirlock run` are forwarded to it. The command inherits the lock's beacon (unless -o), \
+        so the lock stays held while it, or anything it left running in the background, is \
+        alive, also if `dirlock run` is killed: this kernel (unlike Linux's and FreeBSD's) \
+        cannot kill the command with it. It finds the lock named in DIRLOCK_HELD, so that a \
+        nested `dirlock run` (or library call) for the same lock is refused instead of \
+        waiting for its own parent."
+    )]
+    #[cfg_attr(
+        windows,
+        doc = "\n\nWhile it waits, Ctrl-C and Ctrl-Break abandon the wait and exit 130 or 149 \
+        without running the command. Once it runs, they reach the command from the console \
+        itself. The command never outlives `dirlock run`: if `dirlock run` is killed (even by \
+        `taskkill /F`), a job object ends the command and everything it started. A child \
+        cannot inherit the lock's beacon on Windows: `dirlock run` holds the lock while the \
+        command runs, and what the command leaves running once it exits does not hold it. The \
+        command finds the lock named in DIRLOCK_HELD, so that a nested `dirlock run` (or \
+        library call) for the same lock is refused instead of waiting for its own parent."
+    )]
     #[command(
         after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ -w 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -c 'make deploy'\n  dirlock run -q -n -E 0 --lock cron.lock -- ./nightly.sh   # skip quietly if still running"
     )]
@@ -62,9 +101,23 @@ pub(crate) enum Cmd {
             conflicts_with = "cmd"
         )]
         shell: Option<String>,
-        /// The command does not inherit the beacon. Were `dirlock run` killed, the command dies
-        /// with it, but what it left running in the background would keep the lock held
-        /// (never reclaimed) until it ends; with -o the lock is reclaimable at once.
+        #[cfg_attr(
+            any(target_os = "linux", target_os = "freebsd"),
+            doc = "The command does not inherit the beacon. Were `dirlock run` killed, the \
+            command dies with it, but what it left running in the background would keep the \
+            lock held (never reclaimed) until it ends; with -o the lock is reclaimable at once."
+        )]
+        #[cfg_attr(
+            all(unix, not(any(target_os = "linux", target_os = "freebsd"))),
+            doc = "The command does not inherit the beacon. Here a command outlives a killed \
+            `dirlock run` (this kernel has no parent-death signal), and with -o it then runs \
+            without the lock: use -o only for commands that cannot outlive their caller."
+        )]
+        #[cfg_attr(
+            windows,
+            doc = "No effect on Windows, where a command cannot inherit the beacon (accepted so \
+            that scripts work on every platform)."
+        )]
         #[arg(short = 'o', long)]
         no_inherit: bool,
         /// The command and its arguments.
@@ -181,8 +234,16 @@ pub(crate) struct Selector {
 /// Which lock directory.
 #[derive(Args, Debug)]
 pub(crate) struct Place {
-    /// Lock namespace `<temp dir>/<NAME>-<uid>/operation-locks` (temp dir from TMPDIR). `--app
-    /// apnea` addresses the reference implementation's locks. Default: dirlock.
+    #[cfg_attr(
+        not(windows),
+        doc = "Lock namespace `<temp dir>/<NAME>-<uid>/operation-locks` (temp dir from TMPDIR). \
+        `--app apnea` addresses the reference implementation's locks. Default: dirlock."
+    )]
+    #[cfg_attr(
+        windows,
+        doc = "Lock namespace `%TEMP%\\<NAME>-user\\operation-locks`. `--app apnea` addresses \
+        the reference implementation's locks. Default: dirlock."
+    )]
     #[arg(long, value_name = "NAME", conflicts_with = "dir")]
     pub(crate) app: Option<String>,
     /// A lock directory of your own.

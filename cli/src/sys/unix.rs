@@ -146,9 +146,14 @@ mod handler {
         // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
         let from_process = unsafe { (*info).si_pid != 0 || (*info).si_code == SI_USER };
         let record = [sig as u8, u8::from(from_process)];
+        // The interrupted code may be about to read errno: a failed write must not change it.
+        // SAFETY: __error returns this thread's errno location, valid for the thread's life.
+        let saved = unsafe { *libc::__error() };
         // SAFETY: write is async-signal-safe; two bytes from a live array to our pipe (a full
         // pipe, thousands of pending signals, drops this one).
         unsafe { libc::write(WRITE.load(Ordering::Relaxed), record.as_ptr().cast(), 2) };
+        // SAFETY: as above.
+        unsafe { *libc::__error() = saved };
     }
 
     pub(super) fn install() -> io::Result<()> {

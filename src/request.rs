@@ -245,14 +245,23 @@ impl LockRequest {
     /// when another process is reclaiming; [`Error::Io`].
     pub fn unlock(&self, force: bool) -> Result<Unlocked, Error> {
         let (name, resource, _) = self.resolve()?;
-        let (dir, _) = self.dir.current()?;
-        reclaim::unlock(
-            &self.dir.space(&dir),
-            &name,
-            &resource,
-            &Real.identity(),
-            self.options.grace,
-            force,
+        let me = Real.identity();
+        // A lock directory removed under it (a temp cleaner) is looked at again, made anew: the
+        // lock is not there (not locked), rather than an I/O error.
+        protocol::in_current_dir(
+            &Real,
+            || self.dir.current(),
+            |(dir, _)| dir,
+            |(dir, _)| {
+                reclaim::unlock(
+                    &self.dir.space(dir),
+                    &name,
+                    &resource,
+                    &me,
+                    self.options.grace,
+                    force,
+                )
+            },
         )
     }
 

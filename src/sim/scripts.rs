@@ -111,7 +111,12 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
                 report(sys, format!("sweep failed: {e}"));
             }
         }
-        Script::Unlocker => match crate::reclaim::unlock(&sp, LOCK, "sim", &me, grace, false) {
+        Script::Unlocker => match protocol::in_current_dir(
+            sys,
+            || Ok(sys.lock_dir()),
+            |d: &Arc<SimDir>| &**d,
+            |d| crate::reclaim::unlock(&space(sys, d), LOCK, "sim", &me, grace, false),
+        ) {
             Ok(_) => {}
             Err(e) if e.is_contended() => {}
             Err(Error::Malformed { .. }) if intruded(sys) => {}

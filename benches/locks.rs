@@ -17,6 +17,41 @@ mod platform;
 #[path = "windows.rs"]
 mod platform;
 
+use std::time::{Duration, Instant};
+
 fn main() {
     platform::main();
+}
+
+/// `BENCH_QUICK` is set: a short run.
+fn quick() -> bool {
+    std::env::var_os("BENCH_QUICK").is_some()
+}
+
+/// Runs `cycle` for about `budget` (after a warm-up batch), in batches of `batch` cycles, at
+/// least three; returns the median of the batches' means, in microseconds per cycle.
+fn per_cycle(budget: Duration, batch: u32, mut cycle: impl FnMut()) -> f64 {
+    for _ in 0..batch {
+        cycle();
+    }
+    let mut batches = Vec::new();
+    let end = Instant::now() + budget;
+    while Instant::now() < end || batches.len() < 3 {
+        let t = Instant::now();
+        for _ in 0..batch {
+            cycle();
+        }
+        batches.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(batch));
+    }
+    median(&mut batches)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    pct(v, 0.5)
+}
+
+/// The `p` quantile of `v` (sorted in place), the nearest rank.
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
 }

@@ -10,36 +10,11 @@ use std::process::Command;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-fn quick() -> bool {
-    std::env::var_os("BENCH_QUICK").is_some()
-}
+use super::{median, pct, quick};
 
-/// Runs `cycle` for about `budget` (after a warm-up) and returns the median of per-batch
-/// means, in microseconds per cycle.
-fn per_cycle(budget: Duration, mut cycle: impl FnMut()) -> f64 {
-    for _ in 0..50 {
-        cycle();
-    }
-    let mut batches = Vec::new();
-    let end = Instant::now() + budget;
-    while Instant::now() < end {
-        let t = Instant::now();
-        for _ in 0..50 {
-            cycle();
-        }
-        batches.push(t.elapsed().as_secs_f64() * 1e6 / 50.0);
-    }
-    median(&mut batches)
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
+/// [`super::per_cycle`] in batches of 50.
+fn per_cycle(budget: Duration, cycle: impl FnMut()) -> f64 {
+    super::per_cycle(budget, 50, cycle)
 }
 
 /// The floor: the bare system calls of one dirlock cycle, no identity, no JSON, no checks

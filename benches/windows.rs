@@ -14,26 +14,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-fn quick() -> bool {
-    std::env::var_os("BENCH_QUICK").is_some()
-}
+use super::quick;
 
-/// Runs `cycle` for about `budget` (after a warm-up); the median of per-batch means, in µs.
-fn per_cycle(budget: Duration, mut cycle: impl FnMut()) -> f64 {
-    for _ in 0..20 {
-        cycle();
-    }
-    let mut batches = Vec::new();
-    let end = Instant::now() + budget;
-    while Instant::now() < end || batches.len() < 3 {
-        let t = Instant::now();
-        for _ in 0..20 {
-            cycle();
-        }
-        batches.push(t.elapsed().as_secs_f64() * 1e6 / 20.0);
-    }
-    batches.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    batches[batches.len() / 2]
+/// [`super::per_cycle`] in batches of 20 (Wine is slow).
+fn per_cycle(budget: Duration, cycle: impl FnMut()) -> f64 {
+    super::per_cycle(budget, 20, cycle)
 }
 
 /// `LockFileEx` of the file's first byte, exclusive and blocking (std's `File::lock` locks the

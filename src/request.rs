@@ -10,7 +10,7 @@ use crate::paths;
 use crate::protocol::{self, Request};
 use crate::reclaim::{self, Unlocked};
 use crate::space::Seen;
-use crate::sys::{Real, System};
+use crate::sys::{Clock, Real, System};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;

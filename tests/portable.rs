@@ -4,25 +4,23 @@
 //! `Child::kill` (`SIGKILL`, `TerminateProcess`): a holder that dies without releasing.
 
 use dirlock::{Cancel, Error, Locks, State, Unlocked, Wait};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const HOLD_DIR: &str = "DIRLOCK_PORTABLE_DIR";
 const HOLD_UNTIL: &str = "DIRLOCK_PORTABLE_UNTIL";
 const LOCK: &str = "portable.lock";
 
-/// A holder process, killed (and reaped) when dropped, however the test ends.
-struct Holder {
-    child: Child,
-}
+#[path = "common/portable.rs"]
+mod portable;
+use portable::Holder;
 
-impl Holder {
-    /// Starts a process that takes `LOCK` in `dir` and holds it until `until` exists; returns
-    /// once it holds the lock.
-    fn start(dir: &Path, until: &Path) -> Holder {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+/// Starts a process that takes `LOCK` in `dir` and holds it until `until` exists (this test
+/// binary again, running [`portable_holder`]); returns once it holds the lock.
+fn start_holder(dir: &Path, until: &Path) -> Holder {
+    Holder::start(
+        Command::new(std::env::current_exe().unwrap())
             .args([
                 "--ignored",
                 "--exact",
@@ -31,52 +29,8 @@ impl Holder {
                 "--test-threads=1",
             ])
             .env(HOLD_DIR, dir)
-            .env(HOLD_UNTIL, until)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut holder = Holder { child };
-        // Read in a thread, so that a holder that never takes the lock fails the test in a
-        // minute rather than hanging it (the thread ends when the killed holder's pipe does).
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        loop {
-            match rx.recv_timeout(Duration::from_secs(60)) {
-                Ok(Ok(line)) if line.starts_with("held ") => return holder,
-                Ok(Ok(_)) => {}
-                other => {
-                    let _ = holder.child.kill();
-                    let status = holder.child.wait();
-                    panic!("the holder did not take the lock: {other:?}, {status:?}");
-                }
-            }
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Kills it, as SIGKILL or TerminateProcess would, and reaps it.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .env(HOLD_UNTIL, until),
+    )
 }
 
 /// Holds `LOCK` in `DIRLOCK_PORTABLE_DIR` until `DIRLOCK_PORTABLE_UNTIL` exists; does
@@ -114,7 +68,7 @@ fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
 #[test]
 fn a_live_holder_excludes_and_a_killed_one_is_reclaimed_at_once() {
     let (_tmp, dir, until) = setup();
-    let holder = Holder::start(&dir, &until);
+    let holder = start_holder(&dir, &until);
     let pid = holder.pid();
     let locks = Locks::in_dir(&dir).unwrap();
     let err = locks
@@ -146,7 +100,7 @@ fn a_live_holder_excludes_and_a_killed_one_is_reclaimed_at_once() {
 #[test]
 fn a_release_hands_the_lock_to_a_waiter() {
     let (_tmp, dir, until) = setup();
-    let _holder = Holder::start(&dir, &until);
+    let _holder = start_holder(&dir, &until);
     let locks = Locks::in_dir(&dir).unwrap();
     let waiter = std::thread::spawn({
         let dir = dir.clone();
@@ -168,7 +122,7 @@ fn a_release_hands_the_lock_to_a_waiter() {
 #[test]
 fn a_timeout_and_a_cancel_end_a_wait() {
     let (_tmp, dir, until) = setup();
-    let _holder = Holder::start(&dir, &until);
+    let _holder = start_holder(&dir, &until);
     let locks = Locks::in_dir(&dir).unwrap();
     let err = locks
         .named_lock(LOCK)
@@ -239,7 +193,7 @@ fn plant(dir: &Path, name: &str, record: &str) {
 #[test]
 fn a_pid_judged_owner_is_live_while_its_process_runs_and_dead_after() {
     let (_tmp, dir, until) = setup();
-    let holder = Holder::start(&dir, &until);
+    let holder = start_holder(&dir, &until);
     let locks = Locks::in_dir(&dir).unwrap();
     // A reference implementation's record: a pid and a token, no beacon.
     plant(
@@ -260,7 +214,7 @@ fn a_pid_judged_owner_is_live_while_its_process_runs_and_dead_after() {
 #[test]
 fn a_waiter_on_a_damaged_lock_in_use_hears_when_its_holder_dies() {
     let (_tmp, dir, until) = setup();
-    let holder = Holder::start(&dir, &until);
+    let holder = start_holder(&dir, &until);
     // Damage the held lock's record: the waiter can only wait for its beacon to be let go.
     std::fs::write(dir.join(LOCK).join("owner.json"), b"garbage").unwrap();
     let waiter = std::thread::spawn({
@@ -288,7 +242,7 @@ fn a_waiter_on_a_damaged_lock_in_use_hears_when_its_holder_dies() {
 #[test]
 fn unlock_refuses_a_live_owner_and_retires_a_dead_one() {
     let (_tmp, dir, until) = setup();
-    let holder = Holder::start(&dir, &until);
+    let holder = start_holder(&dir, &until);
     let locks = Locks::in_dir(&dir).unwrap();
     assert!(
         locks.named_lock(LOCK).unlock(false).is_err(),

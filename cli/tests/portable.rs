@@ -5,64 +5,25 @@
 //! command's exit status is passed through, `status --json` parses, and the command of a
 //! killed `dirlock run` dies with it (Linux: the parent-death signal; Windows: the job object).
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 const EXE: &str = env!("CARGO_BIN_EXE_dirlock");
 
-/// A `dirlock hold` process, killed (and reaped) when dropped, however the test ends.
-struct Holder {
-    child: Child,
-}
+#[path = "../../tests/common/portable.rs"]
+mod portable;
+use portable::Holder;
 
-impl Holder {
-    fn start(dir: &Path, until: &Path) -> Holder {
-        let mut child = Command::new(EXE)
+/// A `dirlock hold` of `a.lock` in `dir` until `until` exists, once it holds the lock.
+fn start_holder(dir: &Path, until: &Path) -> Holder {
+    Holder::start(
+        Command::new(EXE)
             .args(["hold", "--lock", "a.lock", "--dir"])
             .arg(dir)
             .arg("--until")
-            .arg(until)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut holder = Holder { child };
-        // Read in a thread, so that a holder that never takes the lock fails the test in a
-        // minute rather than hanging it.
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        loop {
-            match rx.recv_timeout(Duration::from_secs(60)) {
-                Ok(Ok(line)) if line.starts_with("held ") => return holder,
-                Ok(Ok(_)) => {}
-                other => {
-                    let _ = holder.child.kill();
-                    let status = holder.child.wait();
-                    panic!("the holder did not take the lock: {other:?}, {status:?}");
-                }
-            }
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+            .arg(until),
+    )
 }
 
 /// `dirlock ARGS`, with a minute to finish.
@@ -87,24 +48,42 @@ fn os(s: &str) -> &std::ffi::OsStr {
     std::ffi::OsStr::new(s)
 }
 
-/// `dirlock run --dir DIR --lock a.lock -- <this binary> exit-with CODE`.
-fn run_exiting_with(dir: &Path, code: i32) -> Output {
+/// A command that exits with `code`: this test binary running [`exit_with`].
+fn exiting_with(code: i32) -> Vec<std::ffi::OsString> {
     let me = std::env::current_exe().unwrap();
     let code = code.to_string();
-    dirlock(&[
-        os("run"),
-        os("--dir"),
-        dir.as_os_str(),
-        os("--lock"),
-        os("a.lock"),
-        os("--"),
+    [
         me.as_os_str(),
         os("--ignored"),
         os("--exact"),
         os("exit_with"),
         os("--"),
         os(&code),
-    ])
+    ]
+    .map(ToOwned::to_owned)
+    .to_vec()
+}
+
+/// `dirlock ARGS -- COMMAND`, the arguments and the command as `OsStr`s.
+fn dirlock_then(args: &[&std::ffi::OsStr], command: &[std::ffi::OsString]) -> Output {
+    let mut all: Vec<&std::ffi::OsStr> = args.to_vec();
+    all.push(os("--"));
+    all.extend(command.iter().map(|a| a.as_os_str()));
+    dirlock(&all)
+}
+
+/// `dirlock run --dir DIR --lock a.lock -- <this binary> exit-with CODE`.
+fn run_exiting_with(dir: &Path, code: i32) -> Output {
+    dirlock_then(
+        &[
+            os("run"),
+            os("--dir"),
+            dir.as_os_str(),
+            os("--lock"),
+            os("a.lock"),
+        ],
+        &exiting_with(code),
+    )
 }
 
 /// Exits with the code given after `--`; does nothing as an ordinary test.
@@ -190,10 +169,9 @@ fn the_command_of_a_killed_run_dies_with_it() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut run = Holder { child: run };
+    let run = Holder::adopt(run);
     assert_eq!(await_state(&dir, "b.lock", "held", 60), "held");
-    run.child.kill().unwrap();
-    run.child.wait().unwrap();
+    run.kill();
     // The command's lock is dead by proof once the command is gone.
     assert_eq!(
         await_state(&dir, "b.lock", "dead-by-proof", 20),
@@ -210,7 +188,7 @@ fn run_passes_the_exit_status_and_a_live_holder_makes_it_exit_75() {
     let out = run_exiting_with(&dir, 3);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 
-    let holder = Holder::start(&dir, &until);
+    let holder = start_holder(&dir, &until);
     let out = run_exiting_with(&dir, 0);
     assert_eq!(out.status.code(), Some(75), "{out:?}");
     let said = String::from_utf8_lossy(&out.stderr);
@@ -226,9 +204,7 @@ fn a_killed_holder_is_reclaimed_at_once_by_the_next_run() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("locks");
     let until = tmp.path().join("never");
-    let mut holder = Holder::start(&dir, &until);
-    holder.child.kill().unwrap();
-    holder.child.wait().unwrap();
+    start_holder(&dir, &until).kill();
 
     let status = status_all(&dir);
     assert_eq!(status["locks"][0]["state"], "dead-by-proof", "{status}");
@@ -253,28 +229,23 @@ fn a_killed_holder_is_reclaimed_at_once_by_the_next_run() {
 fn a_nested_run_of_its_parents_lock_in_another_case_is_refused_where_names_fold() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("locks");
-    let me = std::env::current_exe().unwrap();
-    let out = dirlock(&[
-        os("run"),
-        os("--dir"),
-        dir.as_os_str(),
-        os("--lock"),
-        os("Nest.lock"),
-        os("--"),
-        os(EXE),
-        os("run"),
-        os("--dir"),
-        dir.as_os_str(),
-        os("--lock"),
-        os("nest.lock"),
-        os("--"),
-        me.as_os_str(),
-        os("--ignored"),
-        os("--exact"),
-        os("exit_with"),
-        os("--"),
-        os("0"),
-    ]);
+    let out = dirlock_then(
+        &[
+            os("run"),
+            os("--dir"),
+            dir.as_os_str(),
+            os("--lock"),
+            os("Nest.lock"),
+            os("--"),
+            os(EXE),
+            os("run"),
+            os("--dir"),
+            dir.as_os_str(),
+            os("--lock"),
+            os("nest.lock"),
+        ],
+        &exiting_with(0),
+    );
     if dir.with_file_name("LOCKS").exists() {
         assert_eq!(out.status.code(), Some(75), "{out:?}");
         let said = String::from_utf8_lossy(&out.stderr);

@@ -23,7 +23,7 @@ use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, OWNER_FILE};
 use crate::protocol::{self, Request};
 use crate::space::Space;
-use crate::sys::{CancelHandle, FileId, Identity, Kind, Meta, Renamed, System, Wake};
+use crate::sys::{CancelHandle, Clock, FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};

@@ -82,6 +82,24 @@ impl SimSys {
     }
 }
 
+impl Clock for SimSys {
+    fn now(&self) -> SystemTime {
+        self.world.lock().wall()
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.world.lock().mono
+    }
+
+    fn token(&self) -> String {
+        let mut st = self.world.lock();
+        st.next_token += 1;
+        let t = format!("tok-{}-{}", self.slot, st.next_token);
+        st.tokens.insert(t.clone(), self.slot);
+        t
+    }
+}
+
 impl System for SimSys {
     type Dir = SimDir;
     type Watch = SimWatch;
@@ -101,22 +119,6 @@ impl System for SimSys {
 
     fn pid(&self) -> u32 {
         self.world.lock().procs[self.slot].pid
-    }
-
-    fn now(&self) -> SystemTime {
-        self.world.lock().wall()
-    }
-
-    fn monotonic(&self) -> Duration {
-        self.world.lock().mono
-    }
-
-    fn token(&self) -> String {
-        let mut st = self.world.lock();
-        st.next_token += 1;
-        let t = format!("tok-{}-{}", self.slot, st.next_token);
-        st.tokens.insert(t.clone(), self.slot);
-        t
     }
 
     fn own_token(&self, token: &str, own: bool) {

@@ -122,12 +122,38 @@ pub struct Identity {
     pub uid: u32,
 }
 
+/// Time and chance: the part of [`System`] that is the same on every platform (written once
+/// for [`Real`]; the simulation has a virtual clock and counted tokens).
+pub trait Clock {
+    /// Wall-clock time (used for the grace period, measured against directory mtimes).
+    fn now(&self) -> SystemTime;
+    /// A monotonic clock reading, for deadlines.
+    fn monotonic(&self) -> Duration;
+    /// A fresh random token (a UUID v4 in the real system).
+    fn token(&self) -> String;
+}
+
+impl Clock for Real {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    fn monotonic(&self) -> Duration {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed()
+    }
+
+    fn token(&self) -> String {
+        uuid::Uuid::new_v4().to_string()
+    }
+}
+
 /// The system operations the lock protocol is written against.
 ///
 /// Every filesystem operation is relative to an open directory ([`System::Dir`]) and never
 /// follows a symbolic link in its last component. Errors are plain [`io::Error`]s; the
 /// protocol attaches the operation and the path.
-pub trait System {
+pub trait System: Clock {
     /// An open directory handle; dropping it closes the descriptor (and so releases any
     /// `flock` held through it).
     type Dir;
@@ -138,12 +164,6 @@ pub trait System {
     fn identity(&self) -> Identity;
     /// The current process id (changes in a forked child).
     fn pid(&self) -> u32;
-    /// Wall-clock time (used for the grace period, measured against directory mtimes).
-    fn now(&self) -> SystemTime;
-    /// A monotonic clock reading, for deadlines.
-    fn monotonic(&self) -> Duration;
-    /// A fresh random token (a UUID v4 in the real system).
-    fn token(&self) -> String;
     /// Records that this process wrote `token` into a candidate (`true`, when it stages one)
     /// or is done with it (`false`: the candidate was removed, or the lock retired or lost).
     fn own_token(&self, token: &str, own: bool);

@@ -326,6 +326,13 @@ pub fn boot_id() -> String {
         .to_owned()
 }
 
+/// A wrapper that runs a program under strace (and whatever it forks), logging the calls that
+/// `trace` (`trace=...`) names to `log` and failing them as `inject` (`inject=...`) says.
+#[allow(dead_code, reason = "only the library's tests inject with it")]
+pub fn strace_injecting<'a>(log: &'a str, trace: &'a str, inject: &'a str) -> [&'a str; 8] {
+    ["strace", "-f", "-o", log, "-e", trace, "-e", inject]
+}
+
 /// Whether a test must skip because the machine lacks what it needs: prints one line naming
 /// the test and the need, and returns `true`. With `DIRLOCK_TEST_REQUIRE_ALL=1` (CI) a missing
 /// need fails the test instead.

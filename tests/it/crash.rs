@@ -74,16 +74,11 @@ fn publish_falls_back_to_plain_rename_where_renameat2_is_refused() {
     let trace = fx.tmp.path().join("strace.out");
     let trace_s = trace.to_str().unwrap();
     // Every renameat2 fails with EINVAL, as on filesystems without RENAME_NOREPLACE.
-    let strace = [
-        "strace",
-        "-f",
-        "-o",
+    let strace = strace_injecting(
         trace_s,
-        "-e",
         "trace=renameat,renameat2",
-        "-e",
         "inject=renameat2:error=EINVAL",
-    ];
+    );
     let a = Holder::try_start_under(&strace, fx.dir(), &["--lock", "x.lock"]).unwrap();
     let log = std::fs::read_to_string(&trace).unwrap();
     assert!(

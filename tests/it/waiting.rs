@@ -183,16 +183,11 @@ fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd() {
     plant(fx.dir(), "p.lock", &rec, Duration::from_secs(3600));
     let trace = fx.tmp.path().join("strace.out");
     let trace_s = trace.to_str().unwrap();
-    let strace = [
-        "strace",
-        "-f",
-        "-o",
+    let strace = strace_injecting(
         trace_s,
-        "-e",
         "trace=pidfd_open",
-        "-e",
         "inject=pidfd_open:error=ENOSYS",
-    ];
+    );
     // The holder is started from this thread (its death signal follows the thread that
     // spawned it); the victim is killed from another once the waiter sleeps.
     let refused = std::thread::scope(|s| {

@@ -47,7 +47,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// The real operating system.
 #[derive(Clone, Copy, Debug, Default)]
@@ -209,19 +209,6 @@ impl System for Real {
 
     fn pid(&self) -> u32 {
         getpid()
-    }
-
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-
-    fn monotonic(&self) -> Duration {
-        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        START.get_or_init(Instant::now).elapsed()
-    }
-
-    fn token(&self) -> String {
-        uuid::Uuid::new_v4().to_string()
     }
 
     fn own_token(&self, token: &str, own: bool) {

@@ -45,14 +45,15 @@ use windows_sys::Win32::Foundation::{
     HANDLE, INVALID_HANDLE_VALUE, WAIT_OBJECT_0,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    CreateDirectoryW, CreateFileW, DeleteFileW, FileRenameInfo, FileStandardInfo, FindClose,
-    FindFirstFileW, FlushFileBuffers, GetFileInformationByHandle, GetFileInformationByHandleEx,
-    GetFinalPathNameByHandleW, ReadFile, RemoveDirectoryW, SetFileInformationByHandle, WriteFile,
-    BY_HANDLE_FILE_INFORMATION, CREATE_NEW, DELETE, FILE_ADD_FILE, FILE_ATTRIBUTE_DEVICE,
-    FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT, FILE_FLAG_BACKUP_SEMANTICS,
-    FILE_FLAG_OPEN_REPARSE_POINT, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES,
-    FILE_RENAME_INFO, FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_STANDARD_INFO,
-    OPEN_EXISTING, READ_CONTROL, SYNCHRONIZE, VOLUME_NAME_DOS, WIN32_FIND_DATAW,
+    CreateDirectoryW, CreateFileW, DeleteFileW, FileIdInfo, FileRenameInfo, FileStandardInfo,
+    FindClose, FindFirstFileW, FlushFileBuffers, GetFileInformationByHandle,
+    GetFileInformationByHandleEx, GetFinalPathNameByHandleW, ReadFile, RemoveDirectoryW,
+    SetFileInformationByHandle, WriteFile, BY_HANDLE_FILE_INFORMATION, CREATE_NEW, DELETE,
+    FILE_ADD_FILE, FILE_ATTRIBUTE_DEVICE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT,
+    FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT, FILE_ID_INFO, FILE_LIST_DIRECTORY,
+    FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_RENAME_INFO, FILE_SHARE_DELETE,
+    FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_STANDARD_INFO, OPEN_EXISTING, READ_CONTROL,
+    SYNCHRONIZE, VOLUME_NAME_DOS, WIN32_FIND_DATAW,
 };
 use windows_sys::Win32::System::SystemInformation::{
     ComputerNamePhysicalDnsHostname, GetComputerNameExW,
@@ -164,7 +165,32 @@ fn info(h: &Handle) -> io::Result<BY_HANDLE_FILE_INFORMATION> {
     Ok(i)
 }
 
-fn file_id(i: &BY_HANDLE_FILE_INFORMATION) -> FileId {
+/// The identity of the file open as `h`: its volume's serial number and its file id. ReFS
+/// ids are 128 bits, and the 64-bit index of `BY_HANDLE_FILE_INFORMATION` need not be unique
+/// there: the whole `FILE_ID_INFO` is read, its two halves folded into one (an NTFS id has a
+/// zero upper half, so it is the same index as before). Where `FileIdInfo` is refused (older
+/// systems, Wine), the 64-bit index `info` gives.
+fn file_id(h: &Handle, i: &BY_HANDLE_FILE_INFORMATION) -> FileId {
+    // SAFETY: the structure is plain data; all-zero is valid and the call overwrites it.
+    let mut id: FILE_ID_INFO = unsafe { std::mem::zeroed() };
+    // SAFETY: `h` is open; `id` is a valid out-buffer of the size given.
+    let read = unsafe {
+        GetFileInformationByHandleEx(
+            h.0,
+            FileIdInfo,
+            (&mut id as *mut FILE_ID_INFO).cast(),
+            std::mem::size_of::<FILE_ID_INFO>() as u32,
+        )
+    } != 0;
+    if read {
+        let bytes = id.FileId.Identifier;
+        let low = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let high = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        return FileId {
+            dev: id.VolumeSerialNumber,
+            ino: low ^ high.rotate_left(32),
+        };
+    }
     FileId {
         dev: u64::from(i.dwVolumeSerialNumber),
         ino: (u64::from(i.nFileIndexHigh) << 32) | u64::from(i.nFileIndexLow),
@@ -209,7 +235,7 @@ fn meta_of(h: &Handle) -> io::Result<Meta> {
         && standard.DeletePending;
     let (uid, mode) = security::ownership(h.0, kind == Kind::Dir)?;
     Ok(Meta {
-        id: file_id(&i),
+        id: file_id(h, &i),
         kind,
         uid,
         mode,
@@ -428,19 +454,6 @@ impl System for Real {
         pid()
     }
 
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-
-    fn monotonic(&self) -> Duration {
-        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        START.get_or_init(Instant::now).elapsed()
-    }
-
-    fn token(&self) -> String {
-        uuid::Uuid::new_v4().to_string()
-    }
-
     fn own_token(&self, token: &str, own: bool) {
         let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
         let set = tokens.get_or_insert_with(Default::default);
@@ -644,7 +657,7 @@ impl System for Real {
             Err(e) => return Err(e),
         };
         // The path may name another directory by now: a lock on it would mean nothing.
-        if file_id(&info(&h)?) != file_id(&info(&dir.handle)?) {
+        if file_id(&h, &info(&h)?) != file_id(&dir.handle, &info(&dir.handle)?) {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 "the directory was moved while it was being locked",

@@ -307,6 +307,24 @@ MUTANTS = [
      'if std::fs::symlink_metadata(&here)?.file_type().is_symlink() {',
      'if false && std::fs::symlink_metadata(&here)?.file_type().is_symlink() {',
      'lib', 'paths::tests::links_are_followed_and_kept_names_spelled_as_the_disk_spells_them'),
+    # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
+    # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
+    ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',
+     '''        let share = if exclusive {
+            FILE_SHARE_READ | FILE_SHARE_DELETE
+        } else {''',
+     '''        let share = if exclusive {
+            SHARE_ALL
+        } else {''',
+     'win-portable', 'a_live_holder_excludes_and_a_killed_one_is_reclaimed_at_once'),
+    ('windows-waiter-never-looks-again', 'src/sys/windows/wait.rs',
+     '    let recheck = process.is_none() && (beacon || pid.is_some());',
+     '    let recheck = false;',
+     'win-portable', 'a_waiter_on_a_damaged_lock_in_use_hears_when_its_holder_dies'),
+    ('windows-lock-names-compared-with-case', 'src/held.rs',
+     '            && (r.name == name || (r.name.eq_ignore_ascii_case(name) && found() == Some(r.lock)));',
+     '            && (r.name == name || (r.name == name && found() == Some(r.lock)));',
+     'win-portable', 'names_that_differ_only_in_case_are_one_lock_where_the_filesystem_says_so'),
     # The simulation's own breaks: a reclaimer that takes no guard, and one that retires
     # whatever lock it finds (both let two reclaimers of one dead owner overlap).
     ('reclaim-without-the-guard', 'src/reclaim.rs',
@@ -323,6 +341,15 @@ MUTANTS = [
 
 # How long a broken test may run before it counts as hung (caught).
 TIMEOUT = 45
+WINE_TIMEOUT = 240
+
+
+def wine_ready():
+    """Whether Windows tests can run here: wine64, MinGW and the Rust target."""
+    targets = subprocess.run(["rustup", "target", "list", "--installed"],
+                             capture_output=True, text=True).stdout.split()
+    return (os.path.exists("/usr/lib/wine/wine64") and shutil.which("x86_64-w64-mingw32-gcc")
+            and "x86_64-pc-windows-gnu" in targets)
 
 
 def main():
@@ -334,6 +361,12 @@ def main():
         # One entry may name several tests: it is caught if any of them fails.
         tests = [test] if isinstance(test, str) else test
         test = " ".join(tests)
+        if binary.startswith("win-") and not wine_ready():
+            if os.environ.get("DIRLOCK_TEST_REQUIRE_ALL") == "1":
+                print(f"{name}: needs Wine and the x86_64-pc-windows-gnu target"); survived.append(name)
+            else:
+                print(f"{name:34} -> skipped: needs Wine and the x86_64-pc-windows-gnu target")
+            continue
         src = open(path).read()
         if src.count(old) != 1:
             print(f"{name}: pattern not found exactly once in {path}"); survived.append(name); continue
@@ -342,8 +375,21 @@ def main():
             # Its own process group, so that a hung test and everything it started die with it.
             # "lib": the library's unit tests; "it", "fork": its integration tests; "cli": the
             # command's integration tests.
-            target = {"lib": ["-p", "dirlock", "--lib"], "cli": ["-p", "dirlock-cli", "--test", "it"]}.get(
+            target = {"lib": ["-p", "dirlock", "--lib"], "cli": ["-p", "dirlock-cli", "--test", "it"],
+                      "win-lib": ["-p", "dirlock", "--lib"],
+                      "win-portable": ["-p", "dirlock", "--test", "portable"],
+                      "win-cli-portable": ["-p", "dirlock-cli", "--test", "portable"]}.get(
                 binary, ["-p", "dirlock", "--test", binary])
+            env = dict(os.environ)
+            timeout = TIMEOUT
+            if binary.startswith("win-"):
+                target += ["--target", "x86_64-pc-windows-gnu"]
+                env["CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER"] = os.path.abspath(".ci/wine-run")
+                # The Wine prefix of the rest of CI (not one per mutant under its private TMPDIR).
+                env["WINEPREFIX"] = env.get("WINEPREFIX") or os.path.join(
+                    env.get("TMPDIR", "/tmp"), f"wine-prefix-for-dirlock-{os.getuid()}")
+                # A cross build and Wine's start take longer; a test that hangs still counts.
+                timeout = WINE_TIMEOUT
             # A broken test may fail or be killed before its temporary directories are
             # removed: give it a private TMPDIR, and remove what it left in /dev/shm.
             tmp = tempfile.mkdtemp(prefix="dirlock-mutant-")
@@ -353,12 +399,12 @@ def main():
             log = open(os.path.join(tmp, "cargo.log"), "w+")
             p = subprocess.Popen(["cargo", "test", "-q", *target, "--", "--exact", *tests],
                                  stdout=log, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True, env={**os.environ, "TMPDIR": tmp})
+                                 start_new_session=True, env={**env, "TMPDIR": tmp})
             try:
-                p.wait(timeout=TIMEOUT)
+                p.wait(timeout=timeout)
                 how = "failed" if p.returncode != 0 else "PASSED"
             except subprocess.TimeoutExpired:
-                how = f"hung (killed after {TIMEOUT} s)"
+                how = f"hung (killed after {timeout} s)"
             # Everything the test started, in whatever process group (tests put their children
             # in groups of their own), is in the session cargo leads: kill it all, twice, for
             # anything forked meanwhile.

@@ -146,21 +146,35 @@ fn a_timeout_and_a_cancel_end_a_wait() {
     });
     std::thread::sleep(Duration::from_millis(200));
     cancel.cancel();
-    let err = within(30, waiter).unwrap_err();
+    let err = within(30, waiter, || {}).unwrap_err();
     assert!(matches!(err, Error::Cancelled { .. }), "{err}");
 }
 
-/// The result of `thread` if it ends within `secs` (a wait that never ends fails the test
-/// instead of hanging it).
-fn within<T: Send + 'static>(secs: u64, thread: std::thread::JoinHandle<T>) -> T {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while Instant::now() < end {
-        if thread.is_finished() {
-            return thread.join().unwrap();
+/// The result of `thread` if it ends within `secs`. Else the test fails: `stop` is called
+/// (a cancel) and the thread given ten more seconds, so that it closes its handles before the
+/// temporary directory is removed (on Windows a directory some handle holds cannot be, and
+/// removing it would hang the failing test instead); a thread that does not stop even then
+/// ends the whole test binary, with the reason, rather than hang it.
+fn within<T: Send + 'static>(
+    secs: u64,
+    thread: std::thread::JoinHandle<T>,
+    stop: impl FnOnce(),
+) -> T {
+    let finished = |secs| {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while !thread.is_finished() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(10));
+        thread.is_finished()
+    };
+    if finished(secs) {
+        return thread.join().unwrap();
     }
-    // The thread is left blocked; the process exit ends it.
+    stop();
+    if !finished(10) {
+        eprintln!("still waiting after {secs} s, and not stopped: ending the test binary");
+        std::process::exit(101);
+    }
     panic!("still waiting after {secs} s");
 }
 
@@ -217,13 +231,15 @@ fn a_waiter_on_a_damaged_lock_in_use_hears_when_its_holder_dies() {
     let holder = start_holder(&dir, &until);
     // Damage the held lock's record: the waiter can only wait for its beacon to be let go.
     std::fs::write(dir.join(LOCK).join("owner.json"), b"garbage").unwrap();
+    let cancel = Cancel::new().unwrap();
     let waiter = std::thread::spawn({
-        let dir = dir.clone();
+        let (dir, cancel) = (dir.clone(), cancel.clone());
         move || {
             Locks::in_dir(&dir)
                 .unwrap()
                 .named_lock(LOCK)
                 .wait(Wait::Forever)
+                .cancel(&cancel)
                 .acquire()
                 .map(drop)
         }
@@ -235,7 +251,7 @@ fn a_waiter_on_a_damaged_lock_in_use_hears_when_its_holder_dies() {
     );
     holder.kill();
     // Once its holder is gone, the damaged lock is reported, not waited on forever.
-    let err = within(30, waiter).unwrap_err();
+    let err = within(30, waiter, || cancel.cancel()).unwrap_err();
     assert!(matches!(err, Error::Malformed { .. }), "{err}");
 }
 

@@ -1,7 +1,7 @@
 //! The held lock: an RAII guard with an explicit, fallible [`LockGuard::release`].
 
 use crate::error::Error;
-use crate::held::{held_line, register, unregister, Family, HELD_VAR};
+use crate::held::{held_line, register, unregister, Family, Who, HELD_VAR};
 use crate::lockdir::LockDir;
 use crate::owner::Owner;
 use crate::protocol::{self, Held};
@@ -27,10 +27,15 @@ pub struct LockGuard {
     resource: String,
     acquirer: u32,
     serial: u64,
+    /// An asynchronous acquisition's place at the head of this process's queue of tasks for
+    /// the lock: let go (to the next task) once the lock is released, when the guard goes.
+    #[cfg(feature = "tokio")]
+    pub(crate) turn: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl LockGuard {
-    /// The guard of `held`, taken in `lock_dir` through handle `dir` (identity `dir_id`).
+    /// The guard of `held`, taken in `lock_dir` through handle `dir` (identity `dir_id`) by
+    /// `who`.
     pub(crate) fn new(
         held: Held<Real>,
         lock_dir: Arc<LockDir>,
@@ -38,9 +43,10 @@ impl LockGuard {
         dir_id: FileId,
         resource: String,
         family: Family,
+        who: Who,
     ) -> LockGuard {
         let path = lock_dir.path.join(&held.name);
-        let serial = register(dir_id, &held.name, held.id, family, &path);
+        let serial = register(dir_id, &held.name, held.id, family, &path, who);
         LockGuard {
             acquirer: held.owner.pid,
             held: Some(held),
@@ -50,6 +56,8 @@ impl LockGuard {
             path,
             resource,
             serial,
+            #[cfg(feature = "tokio")]
+            turn: None,
         }
     }
 

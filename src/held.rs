@@ -9,6 +9,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread::ThreadId;
 
+/// What blocks on a lock, and so what may not wait for one it holds: a thread (blocking
+/// acquisitions), or a task (asynchronous ones, which move between threads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Who {
+    Thread(ThreadId),
+    #[cfg(feature = "tokio")]
+    Task(tokio::task::Id),
+}
+
+impl Who {
+    /// The calling task, when it runs in a tokio task (with the `tokio` feature); else the
+    /// calling thread. A blocking acquisition inside a task counts as the task's: the task is
+    /// what would wait for itself.
+    pub(crate) fn current() -> Who {
+        #[cfg(feature = "tokio")]
+        if let Some(id) = tokio::task::try_id() {
+            return Who::Task(id);
+        }
+        Who::Thread(std::thread::current().id())
+    }
+}
+
 /// The environment variable that names the locks a process runs under, set by
 /// [`LockGuard::keep_alive_in`](crate::LockGuard::keep_alive_in) (and so by `dirlock run`): one line per lock,
 /// `<holder pid> <dev>:<ino> <lock name>`, where `<dev>:<ino>` identifies the lock directory.
@@ -56,7 +78,7 @@ struct Registered {
     name: String,
     /// The published lock directory itself.
     lock: FileId,
-    thread: ThreadId,
+    who: Who,
     family: Family,
     pid: u32,
     path: PathBuf,
@@ -70,9 +92,10 @@ fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
     HELD.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Refuses what would deadlock this thread: the same lock again, or the global setup lock while
-/// it holds a repository lock (the order is setup first). Both rules are per thread: the thread
-/// is what blocks, and other threads of the process contend like other processes do.
+/// Refuses what would deadlock `who` (this thread, or an asynchronous acquisition's task): the
+/// same lock again, or the global setup lock while it holds a repository lock (the order is
+/// setup first). Both rules are per thread or task: that is what blocks, and the process's
+/// other threads and tasks contend like other processes do.
 ///
 /// The same lock is the same name in the same lock directory, or, where names differ only in
 /// case, whatever `found` (the identity of the directory now at `name`) says: on a
@@ -85,20 +108,20 @@ pub(crate) fn check_order(
     family: Family,
     lock: &Path,
     resource: &str,
+    me: Who,
 ) -> Result<(), Error> {
     let pid = Real.pid();
-    let me = std::thread::current().id();
     let held = registry();
     for r in held.iter().filter(|r| r.pid == pid) {
         let same = r.dir == dir
             && (r.name == name || (r.name.eq_ignore_ascii_case(name) && found() == Some(r.lock)));
-        if same && r.thread == me {
+        if same && r.who == me {
             return Err(Error::AlreadyHeld {
                 lock: lock.to_owned(),
                 resource: resource.to_owned(),
             });
         }
-        if family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {
+        if family == Family::GlobalSetup && r.family == Family::Repository && r.who == me {
             return Err(Error::LockOrder {
                 lock: lock.to_owned(),
                 resource: resource.to_owned(),
@@ -109,14 +132,21 @@ pub(crate) fn check_order(
     Ok(())
 }
 
-pub(crate) fn register(dir: FileId, name: &str, lock: FileId, family: Family, path: &Path) -> u64 {
+pub(crate) fn register(
+    dir: FileId,
+    name: &str,
+    lock: FileId,
+    family: Family,
+    path: &Path,
+    who: Who,
+) -> u64 {
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
     registry().push(Registered {
         serial,
         dir,
         name: name.to_owned(),
         lock,
-        thread: std::thread::current().id(),
+        who,
         family,
         pid: Real.pid(),
         path: path.to_owned(),

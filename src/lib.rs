@@ -61,6 +61,18 @@
 //! beacon is close-on-exec, so an `exec`'d program does not keep the lock alive, unless it
 //! was spawned through [`LockGuard::keep_alive_in`] (as `dirlock run` spawns its command).
 //!
+//! # Asynchronous acquisition
+//!
+//! With the `tokio` feature, `LockRequest::acquire_async`, `LockRequest::run_async` and the
+//! `_async` forms of the closure helpers (`Locks::with_repository_lock_async` and its
+//! siblings) wait without holding a thread: each attempt is a fail-fast acquisition run
+//! inline, and between attempts the task waits in the runtime's reactor on the kernel
+//! wake-ups a blocking waiter uses. The tasks of one process that want the same lock are
+//! served in the order they asked: only the first contends with other processes, so a release
+//! costs the same whatever the number of tasks waiting. The refusals above are per task there
+//! (a blocking acquisition inside a task counts as the task's). Dropping the future at any
+//! point leaves nothing behind.
+//!
 //! # On disk
 //!
 //! In the lock directory `D` (`<temp dir>/<app>-<uid>/operation-locks` for [`Locks::new`]):
@@ -206,6 +218,8 @@
 //! - A process that is SIGKILLed can leave a candidate or tombstone behind; they are harmless
 //!   and a sweep removes them.
 
+#[cfg(feature = "tokio")]
+mod asynchronous;
 mod error;
 mod guard;
 mod held;

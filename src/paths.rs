@@ -574,26 +574,19 @@ mod tests {
         // Every kept name, and only those, is spelled as the disk spells it.
         let asked = std::cell::RefCell::new(Vec::new());
         let spell = |p: &Path| {
-            let name = p.file_name()?.to_owned();
-            asked.borrow_mut().push(name.clone());
-            (name == "deep").then(|| "DEEP".into())
+            asked.borrow_mut().push(p.to_owned());
+            (p.file_name()? == "deep").then(|| "DEEP".into())
         };
         let got = follow_links(&base.join("rel/deep"), &spell).unwrap();
         assert_eq!(got, base.join("repo/sub/DEEP"));
-        // (The walk starts again after each link: the names before it are asked again.)
-        let mut asked: Vec<String> = asked
-            .into_inner()
-            .iter()
-            .map(|n| n.to_string_lossy().into_owned())
-            .collect();
+        // (The walk starts again after each link: the paths before it are asked again.)
+        let mut asked = asked.into_inner();
         let mut seen = std::collections::HashSet::new();
-        asked.retain(|n| seen.insert(n.clone()));
-        let mut kept: Vec<String> = base
-            .components()
-            .skip(1)
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect();
-        kept.extend(["repo", "sub", "deep"].map(String::from));
+        asked.retain(|p| seen.insert(p.clone()));
+        let mut kept: Vec<PathBuf> = base.ancestors().map(Path::to_owned).collect();
+        kept.pop(); // the root is no name
+        kept.reverse();
+        kept.extend(["repo", "repo/sub", "repo/sub/deep"].map(|p| base.join(p)));
         assert_eq!(
             asked, kept,
             "asked to spell a link's name, or missed a kept one"

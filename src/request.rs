@@ -2,7 +2,7 @@
 
 use crate::error::Error;
 use crate::guard::LockGuard;
-use crate::held::{check_order, held_by_parent, Family};
+use crate::held::{check_order, held_by_parent, Family, Who};
 use crate::inspect::{self, Status};
 use crate::lockdir::LockDir;
 use crate::options::{Cancel, Options, Wait, Waiting};
@@ -59,9 +59,9 @@ pub(crate) enum Target {
 #[derive(Clone, Debug)]
 #[must_use = "a request does nothing until acquire() or run()"]
 pub struct LockRequest {
-    dir: Arc<LockDir>,
+    pub(crate) dir: Arc<LockDir>,
     target: Target,
-    options: Options,
+    pub(crate) options: Options,
 }
 
 impl LockRequest {
@@ -114,7 +114,7 @@ impl LockRequest {
     }
 
     /// The lock's name and a description of what it protects.
-    fn resolve(&self) -> Result<(String, String, Family), Error> {
+    pub(crate) fn resolve(&self) -> Result<(String, String, Family), Error> {
         let canonical = |p: &Path, what: &'static str| {
             let real = crate::paths::real_path(p).map_err(|e| Error::io(what, p, e))?;
             if !real.is_dir() {
@@ -171,6 +171,11 @@ impl LockRequest {
     /// it), [`Error::LockOrder`] (global setup after repository). Also [`Error::Malformed`],
     /// [`Error::Cancelled`], [`Error::Unsafe`], [`Error::InvalidInput`] and [`Error::Io`].
     pub fn acquire(self) -> Result<LockGuard, Error> {
+        self.acquire_as(Who::current())
+    }
+
+    /// [`LockRequest::acquire`] for `who` (this thread, or an asynchronous acquisition's task).
+    pub(crate) fn acquire_as(self, who: Who) -> Result<LockGuard, Error> {
         let (name, resource, family) = self.resolve()?;
         let lock_path = self.dir.path.join(&name);
         let started = Real.monotonic();
@@ -183,7 +188,7 @@ impl LockRequest {
             |(dir, dir_id)| {
                 used = Some((dir.clone(), *dir_id));
                 let found = || Real.meta_at(dir, &name).ok().map(|m| m.id);
-                check_order(*dir_id, &name, found, family, &lock_path, &resource)?;
+                check_order(*dir_id, &name, found, family, &lock_path, &resource, who)?;
                 let sp = self.dir.space(dir);
                 if let Some(pid) = held_by_parent(*dir_id, &name) {
                     // Our parent said it runs us under this lock: if it still holds it,
@@ -209,7 +214,7 @@ impl LockRequest {
         )?;
         let (dir, dir_id) = used.expect("an acquisition ran in some directory");
         Ok(LockGuard::new(
-            held, self.dir, dir, dir_id, resource, family,
+            held, self.dir, dir, dir_id, resource, family, who,
         ))
     }
 

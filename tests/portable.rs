@@ -5,57 +5,24 @@
 
 use dirlock::{Cancel, Error, Locks, State, Unlocked, Wait};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-const HOLD_DIR: &str = "DIRLOCK_PORTABLE_DIR";
-const HOLD_UNTIL: &str = "DIRLOCK_PORTABLE_UNTIL";
 const LOCK: &str = "portable.lock";
 
 #[path = "common/portable.rs"]
 mod portable;
 use portable::Holder;
 
-/// Starts a process that takes `LOCK` in `dir` and holds it until `until` exists (this test
-/// binary again, running [`portable_holder`]); returns once it holds the lock.
+/// A process that holds `LOCK` in `dir` until `until` exists, once it holds it.
 fn start_holder(dir: &Path, until: &Path) -> Holder {
-    Holder::start(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                "portable_holder",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(HOLD_DIR, dir)
-            .env(HOLD_UNTIL, until),
-    )
+    portable::start_self_holder("portable_holder", dir, LOCK, until)
 }
 
-/// Holds `LOCK` in `DIRLOCK_PORTABLE_DIR` until `DIRLOCK_PORTABLE_UNTIL` exists; does
-/// nothing as an ordinary test.
+/// The holder process of [`start_holder`]; does nothing as an ordinary test.
 #[test]
 #[ignore = "a holder process for the other tests, started by them"]
 fn portable_holder() {
-    let (Some(dir), Some(until)) = (std::env::var_os(HOLD_DIR), std::env::var_os(HOLD_UNTIL))
-    else {
-        return;
-    };
-    let guard = Locks::in_dir(&dir)
-        .unwrap()
-        .named_lock(LOCK)
-        .purpose("portable test")
-        .acquire()
-        .unwrap();
-    // On a line of its own (the test harness has begun a line of its own).
-    println!("\nheld {}", guard.path().display());
-    let until = PathBuf::from(until);
-    while !until.exists() {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    guard.release().unwrap();
-    std::process::exit(0);
+    portable::hold();
 }
 
 fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {

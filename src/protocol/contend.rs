@@ -34,6 +34,71 @@ enum Evidence {
     Nothing,
 }
 
+impl Evidence {
+    /// What a watch of it follows: the pid whose exit to watch, and whether there is a beacon.
+    fn watched(self) -> (Option<u32>, bool) {
+        match self {
+            Evidence::Beacon(pid) => (pid, true),
+            Evidence::Pid(pid) => (Some(pid), false),
+            Evidence::Nothing => (None, false),
+        }
+    }
+
+    /// What a wait for the holder `owner`, judged `liveness`, re-checks between wake-ups: the
+    /// beacon of a live beacon holder, the pid of a live pid-judged one. An unknown owner
+    /// (another host or namespace) is waited for by its directory alone: its beacon and pid
+    /// mean nothing here, and re-probing them would spin.
+    fn of(owner: &Owner, liveness: Liveness) -> Evidence {
+        match liveness {
+            Liveness::Live if owner.has_beacon() => Evidence::Beacon(Some(owner.pid)),
+            Liveness::Live => Evidence::Pid(owner.pid),
+            _ => Evidence::Nothing,
+        }
+    }
+}
+
+/// What an asynchronous acquisition does after a fail-fast attempt lost: see [`arm`].
+#[cfg(feature = "tokio")]
+pub(crate) enum Arm<S: System> {
+    /// Look again at once: the lock changed or vanished since the attempt.
+    Again,
+    /// Sleep until `watch` fires (`None`: nothing here can wake us; back off instead). `_dir`
+    /// is the lock directory watched, kept open while the watch lives, as a blocking waiter
+    /// keeps it.
+    Sleep {
+        _dir: S::Dir,
+        watch: Option<S::Watch>,
+    },
+    /// A damaged lock that no process holds: the attempt's error stands.
+    Broken,
+}
+
+/// Arms a watch of the lock now at `NAME` for an asynchronous waiter, with the evidence a
+/// blocking waiter would re-check, then looks once more (a change before the watch was armed
+/// would otherwise be missed).
+///
+/// # Errors
+///
+/// As observing the lock directory.
+#[cfg(feature = "tokio")]
+pub(crate) fn arm<S: System>(sp: &Space<S>, name: &str, me: &Identity) -> Result<Arm<S>, Error> {
+    let (dir, id, evidence) = match sp.observe(name)? {
+        Seen::Gone => return Ok(Arm::Again),
+        Seen::Malformed(_) => return Ok(Arm::Broken),
+        Seen::InUse { dir, meta, .. } => (dir, meta.id, Evidence::Beacon(None)),
+        Seen::Owned { dir, meta, owner } => {
+            let evidence = Evidence::of(&owner, sp.judge(&dir, &owner, me).liveness);
+            (dir, meta.id, evidence)
+        }
+    };
+    let (pid, beacon) = evidence.watched();
+    let watch = sp.sys.watch(&dir, pid, beacon).unwrap_or(None);
+    if changed(sp, name, &dir, id, evidence) {
+        return Ok(Arm::Again);
+    }
+    Ok(Arm::Sleep { _dir: dir, watch })
+}
+
 /// One acquisition's contest for `NAME`: its deadline, what it has seen, and how it gives up.
 struct Contest<'r, 'a, S: System> {
     sp: &'r Space<'a, S>,
@@ -131,6 +196,9 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
             return Err(self.timeout());
         }
         if self.idle >= SPIN_ROUNDS {
+            if self.req.options.inline {
+                return Err(self.timeout()); // the asynchronous caller pauses, not this thread
+            }
             self.pause()?;
         }
         Ok(())
@@ -189,15 +257,8 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
             }));
         }
         self.tell(&owner, &judgement, meta.mtime);
-        // Re-check between wake-ups only the fact the judgement rests on: the beacon of a live
-        // beacon holder, the pid (with a pidfd) of a live pid-judged one. An unknown owner
-        // (another host or namespace) is waited for by its directory alone: its beacon and pid
-        // mean nothing here, and re-probing them would spin.
-        let evidence = match judgement.liveness {
-            Liveness::Live if owner.has_beacon() => Evidence::Beacon(Some(owner.pid)),
-            Liveness::Live => Evidence::Pid(owner.pid),
-            _ => Evidence::Nothing,
-        };
+        // Re-check between wake-ups only the fact the judgement rests on.
+        let evidence = Evidence::of(&owner, judgement.liveness);
         c.last_watch = self.wait(&dir, meta.id, evidence, None)?;
         c.last_seen = Some(dir);
         Ok(())
@@ -359,11 +420,7 @@ fn wait_for_change<S: System>(
             Err(e) => return Err(sp.io("wait for the lock", name, e)),
         }
     }
-    let (pid, beacon) = match evidence {
-        Evidence::Beacon(pid) => (pid, true),
-        Evidence::Pid(pid) => (Some(pid), false),
-        Evidence::Nothing => (None, false),
-    };
+    let (pid, beacon) = evidence.watched();
     let watch = sp.sys.watch(dir, pid, beacon).unwrap_or(None);
     let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
     let start = sp.sys.monotonic();

@@ -6,6 +6,8 @@
 mod contend;
 mod stage;
 
+#[cfg(feature = "tokio")]
+pub(crate) use contend::{arm, Arm};
 pub(crate) use stage::{Held, Request};
 
 use crate::error::Error;

@@ -17,10 +17,14 @@ mod unix;
 #[cfg(windows)]
 mod windows;
 
+#[cfg(all(unix, feature = "tokio"))]
+pub(crate) use unix::sleep_async;
 #[cfg(unix)]
 pub use unix::{CancelHandle, Real};
 #[cfg(windows)]
 pub(crate) use windows::name_on_disk;
+#[cfg(all(windows, feature = "tokio"))]
+pub(crate) use windows::sleep_async;
 #[cfg(windows)]
 pub use windows::{CancelHandle, Real};
 

@@ -3,8 +3,62 @@
 //! same code serves on Linux and on Windows under Wine.
 
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+/// Where a holder process that is this test binary again takes its lock, which lock, and the
+/// file whose appearance tells it to release.
+const HOLD_DIR: &str = "DIRLOCK_TEST_HOLD_DIR";
+const HOLD_LOCK: &str = "DIRLOCK_TEST_HOLD_LOCK";
+const HOLD_UNTIL: &str = "DIRLOCK_TEST_HOLD_UNTIL";
+
+/// Starts this test binary again, running its ignored test `test` (which calls [`hold`]): a
+/// process that holds `lock` in `dir` until `until` exists. Returns once it holds the lock.
+#[allow(dead_code, reason = "the command's tests hold with `dirlock hold`")]
+pub fn start_self_holder(test: &str, dir: &Path, lock: &str, until: &Path) -> Holder {
+    Holder::start(
+        Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                test,
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HOLD_DIR, dir)
+            .env(HOLD_LOCK, lock)
+            .env(HOLD_UNTIL, until),
+    )
+}
+
+/// The body of the holder test [`start_self_holder`] runs: takes the lock, says `held PATH`,
+/// releases once the file appears, and exits. Does nothing in an ordinary test run.
+#[allow(dead_code, reason = "the command's tests hold with `dirlock hold`")]
+pub fn hold() {
+    let (Some(dir), Some(lock), Some(until)) = (
+        std::env::var_os(HOLD_DIR),
+        std::env::var(HOLD_LOCK).ok(),
+        std::env::var_os(HOLD_UNTIL),
+    ) else {
+        return;
+    };
+    let guard = dirlock::Locks::in_dir(&dir)
+        .unwrap()
+        .named_lock(&lock)
+        .purpose("portable test")
+        .acquire()
+        .unwrap();
+    // On a line of its own (the test harness has begun a line of its own).
+    println!("\nheld {}", guard.path().display());
+    let until = PathBuf::from(until);
+    while !until.exists() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    guard.release().unwrap();
+    // Out at once: the harness must not report on a test it was only a vehicle for.
+    std::process::exit(0);
+}
 
 /// A holder process, killed (and reaped) when dropped, however the test ends.
 pub struct Holder {
@@ -52,6 +106,20 @@ impl Holder {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Waits (up to a minute) for it to exit by itself, successfully: a holder told to
+    /// release.
+    #[allow(dead_code, reason = "not every test crate lets its holders finish")]
+    pub fn finish(mut self) {
+        for _ in 0..6000 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "the holder exited with {status}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the holder did not exit within a minute");
     }
 
     /// Kills it without a release, as SIGKILL or `TerminateProcess` (`taskkill /F`) would, and

@@ -175,7 +175,7 @@ mod inotify {
         pub(super) instance: RawFd,
         wd: libc::c_int,
         generation: u64,
-        seen: std::cell::Cell<u64>,
+        seen: std::sync::atomic::AtomicU64,
         pub(super) waker: OwnedFd,
     }
 
@@ -222,7 +222,7 @@ mod inotify {
             instance: inst.fd.as_raw_fd(),
             wd,
             generation: watched.generation,
-            seen: std::cell::Cell::new(watched.epoch),
+            seen: std::sync::atomic::AtomicU64::new(watched.epoch),
             waker,
         })
     }
@@ -286,9 +286,10 @@ mod inotify {
                 .and_then(|i| i.watches.get(&self.wd))
                 .filter(|w| w.generation == self.generation)
                 .map(|w| w.epoch);
-            let changed = woken || epoch != Some(self.seen.get());
+            let changed =
+                woken || epoch != Some(self.seen.load(std::sync::atomic::Ordering::Relaxed));
             if let Some(e) = epoch {
-                self.seen.set(e);
+                self.seen.store(e, std::sync::atomic::Ordering::Relaxed);
             }
             changed
         }

@@ -15,6 +15,8 @@
 
 mod identity;
 mod wait;
+#[cfg(feature = "tokio")]
+mod wait_async;
 
 #[cfg(target_os = "macos")]
 pub(crate) mod apple;
@@ -39,6 +41,8 @@ use other as platform;
 use identity::{getpid, read_identity};
 pub use platform::Watch;
 pub use wait::CancelHandle;
+#[cfg(feature = "tokio")]
+pub(crate) use wait_async::sleep_async;
 
 use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::ffi::{CStr, CString};

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 /// Linux, a pipe elsewhere): once fired, it stays fired.
 #[derive(Debug)]
 pub struct CancelHandle {
-    read: OwnedFd,
+    pub(super) read: OwnedFd,
     #[cfg(not(target_os = "linux"))]
     write: OwnedFd,
     fired: AtomicBool,

@@ -28,8 +28,12 @@
 
 mod security;
 mod wait;
+#[cfg(feature = "tokio")]
+mod wait_async;
 
 pub use wait::{CancelHandle, Watch};
+#[cfg(feature = "tokio")]
+pub(crate) use wait_async::sleep_async;
 
 use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::ffi::OsString;
@@ -69,7 +73,7 @@ pub struct Real;
 
 /// An owned handle, closed on drop.
 #[derive(Debug)]
-pub(crate) struct Handle(HANDLE);
+pub(crate) struct Handle(pub(crate) HANDLE);
 
 // SAFETY: a kernel handle may be used and closed from any thread.
 unsafe impl Send for Handle {}

@@ -25,7 +25,7 @@ use windows_sys::Win32::System::Threading::{
 /// event): once fired, it stays fired.
 #[derive(Debug)]
 pub struct CancelHandle {
-    event: Handle,
+    pub(super) event: Handle,
     fired: AtomicBool,
 }
 
@@ -60,7 +60,7 @@ impl CancelHandle {
 
 /// A change notification handle (closed with `FindCloseChangeNotification`).
 #[derive(Debug)]
-struct Notification(HANDLE);
+pub(super) struct Notification(pub(super) HANDLE);
 
 // SAFETY: a change notification handle may be used and closed from any thread.
 unsafe impl Send for Notification {}
@@ -78,15 +78,15 @@ impl Drop for Notification {
 /// holder's process.
 #[derive(Debug)]
 pub struct Watch {
-    names: Option<Notification>,
-    process: Option<Handle>,
+    pub(super) names: Option<Notification>,
+    pub(super) process: Option<Handle>,
     /// A holder whose process could not be watched: nothing signals its beacon's release by
     /// death, or (judged by pid) its exit, so the sleeper looks again every [`RECHECK`].
-    recheck: bool,
+    pub(super) recheck: bool,
 }
 
 /// How often a waiter looks again at a holder it cannot be woken for.
-const RECHECK: Duration = Duration::from_millis(100);
+pub(super) const RECHECK: Duration = Duration::from_millis(100);
 
 /// Registers a waiter on `lock` (its parent's names) and, when given, on `pid`'s exit.
 pub(crate) fn watch(lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Option<Watch>> {

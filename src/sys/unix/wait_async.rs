@@ -1,0 +1,106 @@
+//! The asynchronous sleep (feature `tokio`): the descriptors of [`super::wait`]'s sleep, each
+//! registered with the runtime's reactor through `AsyncFd`, so that a waiting task holds no
+//! thread. Linux: the inotify instance, this waiter's eventfd and the holder's pidfd; macOS
+//! and FreeBSD: the waiter's kqueue (itself pollable).
+
+use super::platform::Watch;
+use super::wait::CancelHandle;
+use super::{check, owned};
+use crate::sys::Wake;
+use std::future::{poll_fn, Future};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::task::Poll;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+
+/// A duplicate of `fd` for the reactor: a descriptor is registered once per reactor, and some
+/// of ours are shared (Linux's process-wide inotify instance, a cancel handle several waits
+/// use), so each registration gets a descriptor of its own for the same open file.
+fn registered(fd: RawFd) -> io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: `fd` is open for the caller's borrow; F_DUPFD_CLOEXEC returns a new descriptor
+    // or -1.
+    let dup = owned(check(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) })?);
+    // SAFETY: an `OwnedFd` is open for as long as it lives and always returns the same
+    // descriptor, which is what the reactor's registration needs.
+    unsafe { AsyncFd::register_with_interest(dup, Interest::READABLE) }.map_err(io::Error::from)
+}
+
+/// What woke a sleeper.
+enum Ready {
+    Cancelled,
+    /// Which of [`Watch::fds`] are readable.
+    Watch([bool; 3]),
+    /// [`Watch::recheck`]'s time is up.
+    Recheck,
+}
+
+/// Sleeps until `watch` fires or `cancel` is fired (with neither, forever: the caller bounds
+/// it), in the reactor of the runtime it is polled on (a tokio runtime with I/O enabled must
+/// be current). A watch that cannot see what it waits for asks to be looked at again
+/// ([`Watch::recheck`]): the sleep then ends as `Changed` after that long. Dropping the future
+/// leaves nothing registered.
+///
+/// # Errors
+///
+/// When a descriptor cannot be duplicated or registered with the reactor.
+pub(crate) async fn sleep_async(
+    watch: Option<&Watch>,
+    cancel: Option<&CancelHandle>,
+) -> io::Result<Wake> {
+    if cancel.is_some_and(|c| c.is_fired()) {
+        return Ok(Wake::Cancelled);
+    }
+    let cancel_fd = cancel.map(|c| registered(c.read.as_raw_fd())).transpose()?;
+    let mut fds = Vec::new();
+    for (slot, fd) in watch.map_or([-1; 3], Watch::fds).into_iter().enumerate() {
+        if fd >= 0 {
+            fds.push((slot, registered(fd)?));
+        }
+    }
+    let recheck = watch.and_then(Watch::recheck).map(tokio::time::sleep);
+    tokio::pin!(recheck);
+    loop {
+        let ready = poll_fn(|cx| {
+            if let Some(c) = &cancel_fd {
+                if c.poll_read_ready(cx).is_ready() {
+                    return Poll::Ready(Ok(Ready::Cancelled));
+                }
+            }
+            let mut ready = [false; 3];
+            for (slot, fd) in &fds {
+                match fd.poll_read_ready(cx) {
+                    // Edge-triggered: what made it readable is consumed by `woken` (or does
+                    // not matter: a pidfd stays readable once its process is gone).
+                    Poll::Ready(Ok(mut guard)) => {
+                        guard.clear_ready();
+                        ready[*slot] = true;
+                    }
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+            if ready.contains(&true) {
+                return Poll::Ready(Ok(Ready::Watch(ready)));
+            }
+            if let Some(r) = recheck.as_mut().as_pin_mut() {
+                if r.poll(cx).is_ready() {
+                    return Poll::Ready(Ok(Ready::Recheck));
+                }
+            }
+            Poll::Pending
+        })
+        .await?;
+        match ready {
+            Ready::Cancelled => return Ok(Wake::Cancelled),
+            // Not the caller's deadline: time to look again.
+            Ready::Recheck => return Ok(Wake::Changed),
+            Ready::Watch(ready) => {
+                if watch.is_none_or(|w| w.woken(ready)) {
+                    return Ok(Wake::Changed);
+                }
+                // Another waiter's events: sleep on.
+            }
+        }
+    }
+}

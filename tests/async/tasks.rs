@@ -1,0 +1,339 @@
+//! The asynchronous acquisition's tests (see `tests/async.rs`).
+
+#[path = "../common/portable.rs"]
+mod portable;
+
+use dirlock::{Cancel, Error, Locks, State, Wait};
+use portable::Holder;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+const LOCK: &str = "async.lock";
+
+/// The holder process of [`start_holder`]; does nothing as an ordinary test.
+#[test]
+#[ignore = "a holder process for the other tests, started by them"]
+fn async_holder() {
+    portable::hold();
+}
+
+/// A process that holds `LOCK` in `dir` until `until` exists, once it holds it.
+fn start_holder(dir: &Path, until: &Path) -> Holder {
+    portable::start_self_holder("tasks::async_holder", dir, LOCK, until)
+}
+
+fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("locks");
+    let until = tmp.path().join("release-now");
+    (tmp, dir, until)
+}
+
+fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads);
+        b
+    }
+    .enable_all()
+    .build()
+    .unwrap()
+}
+
+/// `fut`, or a failure after `secs` (a wait that never ends fails the test, not hangs it).
+async fn within<T>(secs: u64, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), fut)
+        .await
+        .unwrap_or_else(|_| panic!("still waiting after {secs} s"))
+}
+
+/// The names in the lock directory (the lock, candidates, guards, tombstones), sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn tasks_exclude_each_other_and_each_gets_the_lock_once() {
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    for threads in [1, 4] {
+        let inside = Arc::new(AtomicBool::new(false));
+        let count = Arc::new(AtomicUsize::new(0));
+        runtime(threads).block_on(async {
+            let tasks: Vec<_> = (0..40)
+                .map(|_| {
+                    let (locks, inside, count) = (locks.clone(), inside.clone(), count.clone());
+                    tokio::spawn(async move {
+                        let guard = locks
+                            .named_lock(LOCK)
+                            .wait(Wait::Forever)
+                            .acquire_async()
+                            .await
+                            .unwrap();
+                        assert!(!inside.swap(true, Ordering::SeqCst), "two tasks inside");
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        count.fetch_add(1, Ordering::SeqCst);
+                        inside.store(false, Ordering::SeqCst);
+                        guard.release().unwrap();
+                    })
+                })
+                .collect();
+            for t in tasks {
+                within(60, t).await.unwrap();
+            }
+        });
+        assert_eq!(count.load(Ordering::SeqCst), 40);
+        assert_eq!(entries(&dir), Vec::<String>::new(), "{threads} threads");
+    }
+}
+
+/// The tasks of one process waiting for a lock are served in the order they asked, whoever
+/// released it (here another process first, then each task in turn).
+#[test]
+fn waiting_tasks_are_served_in_the_order_they_asked() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    runtime(4).block_on(async {
+        let mut tasks = Vec::new();
+        for i in 0..12 {
+            let (locks, order) = (locks.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let guard = locks
+                    .named_lock(LOCK)
+                    .wait(Wait::Forever)
+                    .acquire_async()
+                    .await
+                    .unwrap();
+                order.lock().unwrap().push(i);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                guard.release().unwrap();
+            }));
+            // Each asks after the one before is queued.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        std::fs::write(&until, "").unwrap();
+        for t in tasks {
+            within(60, t).await.unwrap();
+        }
+    });
+    holder.finish();
+    assert_eq!(*order.lock().unwrap(), (0..12).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_task_waits_for_another_process_and_takes_over_from_a_killed_one() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let rt = runtime(1);
+    // Released: the waiting task takes it.
+    rt.block_on(async {
+        let waiter = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !waiter.is_finished(),
+            "the task did not wait for the holder"
+        );
+        std::fs::write(&until, "").unwrap();
+        let guard = within(30, waiter).await.unwrap().unwrap();
+        assert!(guard.reclaimed_from().is_none());
+        guard.release().unwrap();
+    });
+    holder.finish();
+    std::fs::remove_file(&until).unwrap();
+    // Killed: the waiting task proves it dead and reclaims at once (no grace period).
+    let holder = start_holder(&dir, &until);
+    let pid = holder.pid();
+    rt.block_on(async {
+        let waiter = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished());
+        holder.kill();
+        let guard = within(30, waiter).await.unwrap().unwrap();
+        assert_eq!(guard.reclaimed_from().map(|o| o.pid), Some(pid));
+        guard.release().unwrap();
+    });
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+#[test]
+fn a_timeout_and_a_cancel_end_an_async_wait_leaving_nothing_behind() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    runtime(1).block_on(async {
+        let err = locks
+            .named_lock(LOCK)
+            .wait(Duration::from_millis(300))
+            .acquire_async()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert_eq!(err.owner().map(|o| o.pid), Some(holder.pid()), "{err}");
+        let err = locks
+            .named_lock(LOCK)
+            .wait(Wait::Immediately)
+            .acquire_async()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Locked { .. }), "{err}");
+        let cancel = Cancel::new().unwrap();
+        let waiter = tokio::spawn(
+            locks
+                .named_lock(LOCK)
+                .wait(Wait::Forever)
+                .cancel(&cancel)
+                .acquire_async(),
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cancel.cancel();
+        let err = within(30, waiter).await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+        // Dropped under a timeout of the caller's.
+        let dropped = tokio::time::timeout(
+            Duration::from_millis(200),
+            locks.named_lock(LOCK).wait(Wait::Forever).acquire_async(),
+        )
+        .await;
+        assert!(dropped.is_err());
+    });
+    assert_eq!(entries(&dir), vec![LOCK.to_owned()]);
+    let status = locks.named_lock(LOCK).status().unwrap();
+    assert_eq!(status.owner.map(|o| o.pid), Some(holder.pid()));
+}
+
+/// Polls `fut` once with a waker that does nothing.
+fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>) -> Poll<F::Output> {
+    fut.poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// A future dropped after any number of polls (queued behind another task, waiting for another
+/// process, or woken and about to look again) leaves no candidate, guard or lock behind, and
+/// the holder's lock untouched; one that completed holds the lock in its guard.
+#[test]
+fn dropping_the_future_at_any_point_leaves_nothing_behind() {
+    let (_tmp, dir, until) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let rt = runtime(1);
+    let _enter = rt.enter();
+    for polls in 0..6 {
+        // Waiting for another process.
+        let holder = start_holder(&dir, &until);
+        let mut fut = Box::pin(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        for _ in 0..polls {
+            assert!(poll_once(fut.as_mut()).is_pending());
+        }
+        drop(fut);
+        assert_eq!(entries(&dir), vec![LOCK.to_owned()], "after {polls} polls");
+        // Queued behind a task of ours that holds it.
+        drop(holder);
+        let ours = rt
+            .block_on(rt.spawn(locks.named_lock(LOCK).acquire_async()))
+            .unwrap()
+            .unwrap();
+        let mut fut = Box::pin(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        for _ in 0..polls {
+            assert!(poll_once(fut.as_mut()).is_pending());
+        }
+        drop(fut);
+        assert_eq!(entries(&dir), vec![LOCK.to_owned()], "after {polls} polls");
+        ours.release().unwrap();
+        assert_eq!(entries(&dir), Vec::<String>::new(), "after {polls} polls");
+    }
+    // Woken by the release and dropped before it looked again; then one that completes.
+    let holder = start_holder(&dir, &until);
+    let mut fut = Box::pin(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+    assert!(poll_once(fut.as_mut()).is_pending());
+    std::fs::write(&until, "").unwrap();
+    holder.finish();
+    drop(fut);
+    assert_eq!(entries(&dir), Vec::<String>::new());
+    let mut fut = Box::pin(locks.named_lock(LOCK).acquire_async());
+    let Poll::Ready(Ok(guard)) = poll_once(fut.as_mut()) else {
+        panic!("a free lock is taken at the first poll");
+    };
+    assert_eq!(locks.named_lock(LOCK).status().unwrap().state, State::Held);
+    drop(guard);
+    drop(fut);
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+#[test]
+fn a_task_is_refused_its_own_lock_and_the_wrong_order_while_others_wait() {
+    let (tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let home = tmp.path().join("home");
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&repo).unwrap();
+    runtime(2).block_on(async {
+        let guard = locks.named_lock(LOCK).acquire_async().await.unwrap();
+        let err = locks
+            .named_lock(LOCK)
+            .wait(Wait::Forever)
+            .acquire_async()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::AlreadyHeld { .. }), "{err}");
+        // A blocking acquisition inside the task is the task's too.
+        let err = locks.named_lock(LOCK).acquire().unwrap_err();
+        assert!(matches!(err, Error::AlreadyHeld { .. }), "{err}");
+        // Another task waits for it, and gets it once released.
+        let other = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!other.is_finished());
+        guard.release().unwrap();
+        within(30, other).await.unwrap().unwrap().release().unwrap();
+        // Setup inside a repository lock: refused; the helper takes them in order.
+        let r = locks.repository_lock(&repo).acquire_async().await.unwrap();
+        let err = locks
+            .global_setup_lock(&home)
+            .acquire_async()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::LockOrder { .. }), "{err}");
+        r.release().unwrap();
+        let n = locks
+            .with_setup_locks_async(&home, &repo, || async { Ok::<_, Error>(7) })
+            .await
+            .unwrap();
+        assert_eq!(n, 7);
+        let n = locks
+            .with_repository_lock_async(&repo, || async {
+                tokio::task::yield_now().await;
+                Ok::<_, Error>(8)
+            })
+            .await
+            .unwrap();
+        assert_eq!(n, 8);
+    });
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+/// The future is `Send`: it can be spawned on a multi-threaded runtime.
+#[test]
+fn the_future_is_send() {
+    fn send<T: Send>(_: &T) {}
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let fut = locks.named_lock(LOCK).acquire_async();
+    send(&fut);
+    let fut = locks.with_repository_lock_async(".", || async { Ok::<_, Error>(()) });
+    send(&fut);
+}

@@ -66,7 +66,7 @@ MUTANTS = [
      "it",
      "reclaim::our_own_crashed_guard_is_reused_at_once"),
     ("self-deadlock-not-refused", 'src/held.rs',
-     "if same && r.thread == me {", "if false && same && r.thread == me {",
+     "if same && r.who == me {", "if false && same && r.who == me {",
      "it",
      "contention::the_same_thread_is_refused_at_once"),
     ('cancel-ignored', 'src/protocol/contend.rs',
@@ -85,8 +85,8 @@ MUTANTS = [
      'it',
      'reclaim::malformed_locks_are_reported_and_never_removed'),
     ("lock-order-not-enforced", 'src/held.rs',
-     "if family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {",
-     "if false && family == Family::GlobalSetup && r.family == Family::Repository && r.thread == me {",
+     "if family == Family::GlobalSetup && r.family == Family::Repository && r.who == me {",
+     "if false && family == Family::GlobalSetup && r.family == Family::Repository && r.who == me {",
      "it",
      "contention::setup_after_repository_is_refused"),
     ('unknown-owner-beacon-reprobed', 'src/protocol/contend.rs',
@@ -307,6 +307,15 @@ MUTANTS = [
      'if std::fs::symlink_metadata(&here)?.file_type().is_symlink() {',
      'if false && std::fs::symlink_metadata(&here)?.file_type().is_symlink() {',
      'lib', 'paths::tests::links_are_followed_and_kept_names_spelled_as_the_disk_spells_them'),
+    # Asynchronous acquisition (feature tokio).
+    ('async-tasks-not-queued', 'src/asynchronous.rs',
+     'let q = Arc::new(Semaphore::new(1));',
+     'let q = Arc::new(Semaphore::new(1_000_000));',
+     'async', 'tasks::waiting_tasks_are_served_in_the_order_they_asked'),
+    ('async-refusals-per-thread', 'src/held.rs',
+     '        if let Some(id) = tokio::task::try_id() {',
+     '        if let Some(id) = tokio::task::try_id().filter(|_| false) {',
+     'async', 'tasks::a_task_is_refused_its_own_lock_and_the_wrong_order_while_others_wait'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',
@@ -376,6 +385,7 @@ def main():
             # "lib": the library's unit tests; "it", "fork": its integration tests; "cli": the
             # command's integration tests.
             target = {"lib": ["-p", "dirlock", "--lib"], "cli": ["-p", "dirlock-cli", "--test", "it"],
+                      "async": ["-p", "dirlock", "--features", "tokio", "--test", "async"],
                       "win-lib": ["-p", "dirlock", "--lib"],
                       "win-portable": ["-p", "dirlock", "--test", "portable"],
                       "win-cli-portable": ["-p", "dirlock-cli", "--test", "portable"]}.get(

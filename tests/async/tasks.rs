@@ -282,7 +282,8 @@ fn a_task_is_refused_its_own_lock_and_the_wrong_order_while_others_wait() {
     let repo = tmp.path().join("repo");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&repo).unwrap();
-    runtime(2).block_on(async {
+    // One thread: the other task runs on the same thread, and must wait, not be refused.
+    runtime(1).block_on(async {
         let guard = locks.named_lock(LOCK).acquire_async().await.unwrap();
         let err = locks
             .named_lock(LOCK)

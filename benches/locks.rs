@@ -4,7 +4,8 @@
 //! (`/dev/shm`) and on the disk (`$BENCH_DISK`, default `/var/tmp`). Prints markdown tables.
 //!
 //! Environment: `BENCH_QUICK=1` for a short run; `BENCH_SCALE=0` to skip the 100,000-entry
-//! scale runs.
+//! scale runs. On Unix the asynchronous acquisition's sections (`async`, `herd`) follow, on
+//! tmpfs (see `tasks.rs`).
 //!
 //! On Windows (run under Wine in `.ci/run`'s manner: see `windows.rs`), the uncontended cycle
 //! and the handoff between two threads, beside `LockFileEx` as the kernel's floor: a sanity
@@ -16,6 +17,8 @@ mod platform;
 #[cfg(windows)]
 #[path = "windows.rs"]
 mod platform;
+#[cfg(unix)]
+mod tasks;
 
 use std::time::{Duration, Instant};
 

@@ -530,6 +530,14 @@ pub fn main() {
         worker(&args[2], Path::new(&args[3]), args[4].parse().unwrap());
         return;
     }
+    if args.get(1).map(String::as_str) == Some("--hold") {
+        super::tasks::hold(Path::new(&args[2]));
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--once") {
+        super::tasks::once(Path::new(&args[2]));
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("--cycles") {
         // For `strace -c`: N uncontended cycles and nothing else.
         let locks = Locks::in_dir(&args[2]).unwrap();
@@ -568,4 +576,5 @@ pub fn main() {
     if want("scale") {
         scale(&places);
     }
+    super::tasks::run(&want);
 }

@@ -316,6 +316,10 @@ MUTANTS = [
      '        if let Some(id) = tokio::task::try_id() {',
      '        if let Some(id) = tokio::task::try_id().filter(|_| false) {',
      'async', 'tasks::a_task_is_refused_its_own_lock_and_the_wrong_order_while_others_wait'),
+    ('run-with-drops-the-value', 'src/request.rs',
+     '                value: Box::new(value),',
+     '                value: Box::new(()),',
+     'it', 'release::run_with_shows_the_predecessor_and_keeps_the_value_when_the_release_fails'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',

@@ -313,6 +313,27 @@ impl LockRequest {
     }
 }
 
+impl LockRequest {
+    /// Takes the lock without holding a thread, runs `f` with its guard, and releases the lock
+    /// (also when the future is dropped or `f` panics): [`LockRequest::run_with`] for async
+    /// code, with the same [`Error::NotReleased`] when the release fails after `f`
+    /// succeeded.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run_with`].
+    pub async fn run_with_async<T, E, F>(self, f: F) -> Result<T, E>
+    where
+        F: AsyncFnOnce(&LockGuard) -> Result<T, E>,
+        E: From<Error>,
+        T: Send + Sync + 'static,
+    {
+        let guard = self.acquire_async().await?;
+        let result = f(&guard).await;
+        crate::request::finish(guard, result)
+    }
+}
+
 impl Pursuit {
     /// Tells the request's `on_wait` (once) who it waits for.
     fn tell(

@@ -128,6 +128,17 @@ pub enum Error {
         /// What was found instead.
         problem: String,
     },
+    /// The work done under the lock succeeded, but releasing the lock failed (`error`: it was
+    /// lost, or retiring it failed). What the work returned is kept: take it back with
+    /// [`Error::into_value`]. Returned by [`crate::LockRequest::run_with`] and its async form.
+    #[error("{error}; the work under it succeeded, and what it returned is kept in this error")]
+    NotReleased {
+        /// Why the release failed.
+        #[source]
+        error: Box<Error>,
+        /// What the work returned.
+        value: Box<dyn std::any::Any + Send + Sync>,
+    },
     /// The wait was cancelled through its [`crate::Cancel`] handle.
     #[error("waiting for {} was cancelled", subject(lock, resource))]
     Cancelled {
@@ -252,6 +263,23 @@ impl Error {
                 | Error::Timeout { .. }
                 | Error::HeldByParent { .. }
         )
+    }
+
+    /// What the work under the lock returned, from an [`Error::NotReleased`] (whose release
+    /// failed after the work succeeded); `Err(self)` for any other error, or a value of
+    /// another type.
+    ///
+    /// # Errors
+    ///
+    /// The error itself, when it holds no `T`.
+    pub fn into_value<T: 'static>(self) -> Result<T, Error> {
+        match self {
+            Error::NotReleased { error, value } => match value.downcast::<T>() {
+                Ok(v) => Ok(*v),
+                Err(value) => Err(Error::NotReleased { error, value }),
+            },
+            other => Err(other),
+        }
     }
 
     /// The owner record the error is about, if any.

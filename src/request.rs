@@ -270,6 +270,39 @@ impl LockRequest {
         )
     }
 
+    /// Takes the lock, runs `f` with its guard, and releases the lock (also when `f` panics):
+    /// [`LockRequest::run`] for work that needs the guard, to see a crashed predecessor
+    /// ([`LockGuard::reclaimed_from`]) or name the lock for a child
+    /// ([`LockGuard::name_in`]). When `f` succeeds but the release fails, what `f` returned
+    /// is not lost: the error is [`Error::NotReleased`], which keeps it
+    /// ([`Error::into_value`]).
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+    /// let repaired = locks.named_lock("cache.lock").run_with(|guard| {
+    ///     // A predecessor that crashed may have left the cache half written.
+    ///     Ok::<_, dirlock::Error>(guard.reclaimed_from().is_some())
+    /// })?;
+    /// assert!(!repaired);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `f`'s error; or, converted into `E`, the acquisition's error, or the release's as
+    /// [`Error::NotReleased`] holding `f`'s value.
+    pub fn run_with<T, E, F>(self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&LockGuard) -> Result<T, E>,
+        E: From<Error>,
+        T: Send + Sync + 'static,
+    {
+        let guard = self.acquire()?;
+        let result = f(&guard);
+        finish(guard, result)
+    }
+
     /// Takes the lock, runs `f`, and releases the lock (also when `f` panics).
     ///
     /// # Errors
@@ -291,6 +324,29 @@ impl LockRequest {
                 drop(guard);
                 Err(e)
             }
+        }
+    }
+}
+
+/// Releases `guard` after its work returned `result`: the work's error as it is (the guard is
+/// dropped, which releases it), or its value, kept in [`Error::NotReleased`] if the release
+/// fails.
+pub(crate) fn finish<T, E>(guard: LockGuard, result: Result<T, E>) -> Result<T, E>
+where
+    E: From<Error>,
+    T: Send + Sync + 'static,
+{
+    match result {
+        Ok(value) => match guard.release() {
+            Ok(()) => Ok(value),
+            Err(error) => Err(E::from(Error::NotReleased {
+                error: Box::new(error),
+                value: Box::new(value),
+            })),
+        },
+        Err(e) => {
+            drop(guard);
+            Err(e)
         }
     }
 }

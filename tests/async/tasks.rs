@@ -338,3 +338,34 @@ fn the_future_is_send() {
     let fut = locks.with_repository_lock_async(".", || async { Ok::<_, Error>(()) });
     send(&fut);
 }
+
+/// `run_with_async` hands the work its guard, and keeps the work's value when the release
+/// fails after it.
+#[test]
+fn run_with_async_hands_over_the_guard_and_keeps_the_value_when_the_release_fails() {
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    runtime(1).block_on(async {
+        let path = locks
+            .named_lock(LOCK)
+            .run_with_async(async |guard: &dirlock::LockGuard| {
+                tokio::task::yield_now().await;
+                Ok::<_, Error>(guard.path().to_owned())
+            })
+            .await
+            .unwrap();
+        assert_eq!(path, dir.join(LOCK));
+        let err = locks
+            .named_lock(LOCK)
+            .run_with_async(async |guard: &dirlock::LockGuard| {
+                #[expect(clippy::disallowed_methods, reason = "a thief moves the lock away")]
+                std::fs::rename(guard.path(), dir.join("stolen")).unwrap();
+                Ok::<_, Error>(7u8)
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::NotReleased { .. }), "{err:?}");
+        assert_eq!(err.into_value::<u8>().unwrap(), 7);
+    });
+    assert_eq!(entries(&dir), vec!["stolen".to_owned()]);
+}

@@ -47,3 +47,54 @@ fn a_closure_whose_lock_was_lost_fails() {
     });
     assert!(matches!(r, Err(Error::Lost { .. })), "{r:?}");
 }
+
+/// `run_with` hands the work its guard (a crashed predecessor is visible there), and when the
+/// release fails after the work succeeded, the work's value is kept in the error.
+#[test]
+fn run_with_shows_the_predecessor_and_keeps_the_value_when_the_release_fails() {
+    let fx = Fixture::new();
+    let holder = Holder::start(fx.dir(), &["--lock", "x.lock"]);
+    let pid = holder.kill();
+    let seen = fx
+        .locks
+        .named_lock("x.lock")
+        .run_with(|guard| Ok::<_, Error>(guard.reclaimed_from().map(|o| o.pid)))
+        .unwrap();
+    assert_eq!(seen, Some(pid));
+    let err = fx
+        .locks
+        .named_lock("x.lock")
+        .run_with(|guard| {
+            // A thief moves the lock away while the work runs.
+            std::fs::rename(guard.path(), fx.dir().join("stolen")).unwrap();
+            Ok::<_, Error>(vec![4, 2])
+        })
+        .unwrap_err();
+    match &err {
+        Error::NotReleased { error, .. } => {
+            assert!(matches!(**error, Error::Lost { .. }), "{error:?}")
+        }
+        other => panic!("expected NotReleased, got {other:?}"),
+    }
+    assert!(
+        err.to_string().contains("what it returned is kept"),
+        "{err}"
+    );
+    assert!(std::error::Error::source(&err).is_some());
+    // Asked for another type, the error stays whole; asked for the right one, the value.
+    let err = err.into_value::<String>().unwrap_err();
+    assert_eq!(err.into_value::<Vec<i32>>().unwrap(), vec![4, 2]);
+    // The closure's own error passes through, and the lock is released.
+    let err = fx
+        .locks
+        .named_lock("y.lock")
+        .run_with(|_| {
+            Err::<(), _>(Error::InvalidInput {
+                what: "w".into(),
+                problem: "p".into(),
+            })
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }));
+    assert_eq!(fx.entries(), vec!["stolen".to_owned()]);
+}

@@ -150,8 +150,17 @@ impl LockRequest {
     ///
     /// # Errors
     ///
-    /// As [`LockRequest::acquire`].
+    /// As [`LockRequest::acquire`]; [`Error::InvalidInput`] when polled outside a tokio
+    /// runtime. (A runtime without time or I/O enabled makes tokio panic.)
     pub async fn acquire_async(self) -> Result<LockGuard, Error> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::InvalidInput {
+                what: "acquire_async".into(),
+                problem: "it must run on a tokio runtime (built with `enable_all`, or with time \
+                          and I/O enabled); outside one, use `acquire`"
+                    .into(),
+            });
+        }
         let who = Who::current();
         let started = Instant::now();
         let (name, resource, family) = self.resolve()?;

@@ -369,3 +369,17 @@ fn run_with_async_hands_over_the_guard_and_keeps_the_value_when_the_release_fail
     });
     assert_eq!(entries(&dir), vec!["stolen".to_owned()]);
 }
+
+/// Outside a runtime the future says what is wrong instead of panicking.
+#[test]
+fn outside_a_runtime_the_future_is_refused() {
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let mut fut = Box::pin(locks.named_lock(LOCK).acquire_async());
+    let Poll::Ready(Err(err)) = poll_once(fut.as_mut()) else {
+        panic!("expected a refusal");
+    };
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    assert!(err.to_string().contains("tokio runtime"), "{err}");
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}

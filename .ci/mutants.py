@@ -320,6 +320,10 @@ MUTANTS = [
      '                value: Box::new(value),',
      '                value: Box::new(()),',
      'it', 'release::run_with_shows_the_predecessor_and_keeps_the_value_when_the_release_fails'),
+    ('held-by-parent-first-line-only', 'src/request.rs',
+     'if parents.contains(&owner.pid) {',
+     'if parents.first() == Some(&owner.pid) {',
+     'cli-portable', 'a_nested_run_of_its_parents_lock_in_another_case_is_refused_where_names_fold'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',
@@ -390,6 +394,7 @@ def main():
             # command's integration tests.
             target = {"lib": ["-p", "dirlock", "--lib"], "cli": ["-p", "dirlock-cli", "--test", "it"],
                       "async": ["-p", "dirlock", "--features", "tokio", "--test", "async"],
+                      "cli-portable": ["-p", "dirlock-cli", "--test", "portable"],
                       "win-lib": ["-p", "dirlock", "--lib"],
                       "win-portable": ["-p", "dirlock", "--test", "portable"],
                       "win-cli-portable": ["-p", "dirlock-cli", "--test", "portable"]}.get(

@@ -43,25 +43,32 @@ pub(crate) fn held_line(pid: u32, dir: FileId, name: &str) -> String {
     format!("{pid} {}:{} {name}\n", dir.dev, dir.ino)
 }
 
-/// The holder pid that `DIRLOCK_HELD` names for lock `name` in the directory `dir`, unless
-/// that is this process.
-pub(crate) fn held_by_parent(dir: FileId, name: &str) -> Option<u32> {
-    let var = std::env::var_os(HELD_VAR)?;
+/// The holder pids that `DIRLOCK_HELD` names for lock `name` in the directory `dir` (other
+/// than this process). Names are compared without case: on a case-insensitive filesystem
+/// (Windows', macOS's by default) `A.lock` is `a.lock`. So there may be several (`A.lock` held
+/// by one ancestor, `a.lock` by another, on a case-sensitive one): the caller looks for the
+/// lock's owner among them.
+pub(crate) fn held_by_parent(dir: FileId, name: &str) -> Vec<u32> {
+    let Some(var) = std::env::var_os(HELD_VAR) else {
+        return Vec::new();
+    };
     let me = Real.pid();
-    var.to_str()?.lines().find_map(|line| {
-        let mut fields = line.split(' ');
-        let pid: u32 = fields.next()?.parse().ok()?;
-        let (dev, ino) = fields.next()?.split_once(':')?;
-        let id = FileId {
-            dev: dev.parse().ok()?,
-            ino: ino.parse().ok()?,
-        };
-        // Names compared without case: on a case-insensitive filesystem (Windows', macOS's by
-        // default) `A.lock` is `a.lock`. The caller confirms by the lock's owner, which on a
-        // case-sensitive one is not the parent's unless the parent holds both.
-        let named = fields.next()?.eq_ignore_ascii_case(name);
-        (id == dir && named && pid != me).then_some(pid)
-    })
+    let Some(text) = var.to_str() else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let pid: u32 = fields.next()?.parse().ok()?;
+            let (dev, ino) = fields.next()?.split_once(':')?;
+            let id = FileId {
+                dev: dev.parse().ok()?,
+                ino: ino.parse().ok()?,
+            };
+            let named = fields.next()?.eq_ignore_ascii_case(name);
+            (id == dir && named && pid != me).then_some(pid)
+        })
+        .collect()
 }
 
 /// Which family a lock belongs to (for the lock-order rule).

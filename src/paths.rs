@@ -59,6 +59,15 @@ pub(crate) fn real_path(path: &Path) -> std::io::Result<PathBuf> {
     return follow_links(path, &crate::sys::name_on_disk);
 }
 
+/// The letter of a drive named `X:`.
+#[cfg(any(windows, test))]
+fn drive_letter(name: &std::ffi::OsStr) -> Option<u8> {
+    match name.as_encoded_bytes() {
+        [d, b':'] if d.is_ascii_alphabetic() => Some(*d),
+        _ => None,
+    }
+}
+
 /// Symbolic links and junctions followed in one path before it is refused (as `ELOOP`).
 #[cfg(any(windows, test))]
 const MAX_LINKS: usize = 40;
@@ -69,8 +78,9 @@ const MAX_LINKS: usize = 40;
 /// trailing separator goes), then each component is looked at in turn: a symbolic link or
 /// junction is replaced by its target, as `fs.realpathSync` does, and any other name is
 /// spelled as `spell` says its directory spells it (the case it was made with, the long form of
-/// an 8.3 name), where Node keeps the spelling it was given. The drive letter is upper case,
-/// and no `\\?\` prefix is kept. Nothing else is resolved: a `subst` drive or a mapped network
+/// an 8.3 name), where Node keeps the spelling it was given. The drive letter is upper case
+/// (also of a `\\.\X:` spelling), and no `\\?\` prefix is kept (but for a volume GUID path,
+/// which has no other spelling). Nothing else is resolved: a `subst` drive or a mapped network
 /// drive stays as given, as in Node (`std::fs::canonicalize` would name the volume underneath).
 /// So the reference names the same lock whenever it is given the path as the disk spells it
 /// (as `git rev-parse --show-toplevel` gives it), and for `dirlock` spellings that differ only
@@ -111,7 +121,13 @@ fn follow_links(
                         unc.push(share);
                         out.push(unc);
                     }
-                    Prefix::Verbatim(_) | Prefix::DeviceNS(_) => out.push(p.as_os_str()),
+                    // `\\.\Z:` is the drive `Z:` by another name; another device, or a
+                    // volume GUID path (`\\?\Volume{...}`), has no other spelling.
+                    Prefix::DeviceNS(d) => match drive_letter(d) {
+                        Some(d) => out.push(format!("{}:", char::from(d.to_ascii_uppercase()))),
+                        None => out.push(p.as_os_str()),
+                    },
+                    Prefix::Verbatim(_) => out.push(p.as_os_str()),
                 },
                 Component::RootDir => out.push(std::path::MAIN_SEPARATOR_STR),
                 Component::CurDir => {}
@@ -509,6 +525,8 @@ mod tests {
             format!(r"{lower}\rEPO"),
             format!(r"{text}/Repo/./Sub/../"),
             format!(r"{text}\REPO\sub\.."),
+            format!(r"\\.\{text}\Repo"),
+            format!(r"\\?\{text}\Repo"),
         ] {
             assert_eq!(real_path(Path::new(&spelled)).unwrap(), repo, "{spelled}");
         }

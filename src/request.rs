@@ -190,15 +190,16 @@ impl LockRequest {
                 let found = || Real.meta_at(dir, &name).ok().map(|m| m.id);
                 check_order(*dir_id, &name, found, family, &lock_path, &resource, who)?;
                 let sp = self.dir.space(dir);
-                if let Some(pid) = held_by_parent(*dir_id, &name) {
-                    // Our parent said it runs us under this lock: if it still holds it,
+                let parents = held_by_parent(*dir_id, &name);
+                if !parents.is_empty() {
+                    // An ancestor said it runs us under this lock: if it still holds it,
                     // waiting would wait for ourselves.
                     if let Seen::Owned { owner, .. } = sp.observe(&name)? {
-                        if owner.pid == pid {
+                        if parents.contains(&owner.pid) {
                             return Err(Error::HeldByParent {
                                 lock: lock_path.clone(),
                                 resource: resource.clone(),
-                                pid,
+                                pid: owner.pid,
                             });
                         }
                     }

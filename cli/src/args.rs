@@ -79,8 +79,17 @@ pub(crate) enum Cmd {
         command finds the lock named in DIRLOCK_HELD, so that a nested `dirlock run` (or \
         library call) for the same lock is refused instead of waiting for its own parent."
     )]
-    #[command(
-        after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ -w 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -c 'make deploy'\n  dirlock run -q -n -E 0 --lock cron.lock -- ./nightly.sh   # skip quietly if still running"
+    #[cfg_attr(
+        not(windows),
+        command(
+            after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ -w 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -c 'make deploy'\n  dirlock run -q -n -E 0 --lock cron.lock -- ./nightly.sh   # skip quietly if still running"
+        )
+    )]
+    #[cfg_attr(
+        windows,
+        command(
+            after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup %USERPROFILE% -w 300 -- install.cmd\n  dirlock run --lock C:\\locks\\deploy.lock --wait -c \"make deploy\"\n  dirlock run -q -n -E 0 --lock nightly.lock -- nightly.cmd   # skip quietly if still running"
+        )
     )]
     Run {
         #[command(flatten)]

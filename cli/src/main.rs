@@ -11,7 +11,7 @@ use args::{Acquire, Cli, Cmd, Place, Selector, EX_TEMPFAIL, EX_USAGE};
 use clap::{CommandFactory, Parser};
 use dirlock::text::{escape, path as shown};
 use dirlock::{Error, Unlocked};
-use run::{run, RunOptions};
+use run::{run, Program, RunOptions};
 use say::{emit, say, Failure};
 use select::{configure, open, select};
 use status::status;
@@ -51,9 +51,8 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             cmd,
         } => {
             let command = match shell {
-                Some(script) if cfg!(windows) => vec!["cmd".into(), "/C".into(), script.into()],
-                Some(script) => vec!["sh".into(), "-c".into(), script.into()],
-                None => cmd,
+                Some(script) => Program::Shell(script),
+                None => Program::Argv(cmd),
             };
             let opts = RunOptions {
                 quiet,

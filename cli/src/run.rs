@@ -28,6 +28,14 @@ pub(crate) enum Phase {
     Done,
 }
 
+/// What `run` runs.
+pub(crate) enum Program {
+    /// A program and its arguments.
+    Argv(Vec<OsString>),
+    /// A script for the shell (`-c`): `sh -c`, or on Windows `cmd /S /C`.
+    Shell(String),
+}
+
 /// How `run` treats its command.
 pub(crate) struct RunOptions {
     /// Say nothing while waiting, nor when the lock is held.
@@ -43,7 +51,7 @@ pub(crate) fn run(
     sel: &Selector,
     acq: &Acquire,
     opts: &RunOptions,
-    command: &[OsString],
+    command: &Program,
 ) -> Result<ExitCode, Failure> {
     // Before any thread starts: SIGINT, SIGTERM and SIGHUP are received by a thread of ours,
     // not by their default handlers. While the lock is awaited they abandon the wait (nothing
@@ -147,9 +155,15 @@ fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure
 
 /// Starts the command under the lock: with its beacon (unless -o) and its name in
 /// `DIRLOCK_HELD`, the forwarded signals unblocked, and tied to our life.
-fn spawn(guard: &LockGuard, opts: &RunOptions, command: &[OsString]) -> Result<Child, Failure> {
-    let mut cmd = std::process::Command::new(&command[0]);
-    cmd.args(&command[1..]);
+fn spawn(guard: &LockGuard, opts: &RunOptions, command: &Program) -> Result<Child, Failure> {
+    let mut cmd = match command {
+        Program::Argv(argv) => {
+            let mut cmd = std::process::Command::new(&argv[0]);
+            cmd.args(&argv[1..]);
+            cmd
+        }
+        Program::Shell(script) => sys::shell(script),
+    };
     if opts.inherit {
         guard.keep_alive_in(&mut cmd);
     } else {
@@ -171,7 +185,7 @@ fn spawn(guard: &LockGuard, opts: &RunOptions, command: &[OsString]) -> Result<C
             126
         };
         Failure(
-            format!("cannot run {}: {e}", shown(Path::new(&command[0]))),
+            format!("cannot run {}: {e}", shown(Path::new(cmd.get_program()))),
             code,
         )
     })

@@ -36,7 +36,11 @@ pub(crate) fn select(sel: &Selector) -> Result<LockRequest, Failure> {
     match (&sel.repository, &sel.global_setup, &sel.lock) {
         (Some(r), None, None) => Ok(open(&sel.place)?.repository_lock(r)),
         (None, Some(h), None) => Ok(open(&sel.place)?.global_setup_lock(h)),
-        (None, None, Some(l)) => match l.rsplit_once('/') {
+        // DIR/NAME (on Windows DIR\NAME too): a lock name has no separator of either kind.
+        (None, None, Some(l)) => match l
+            .rfind(|c| c == '/' || (cfg!(windows) && c == '\\'))
+            .map(|i| (&l[..i], &l[i + 1..]))
+        {
             Some((dir, name)) => {
                 if sel.place.app.is_some() || sel.place.dir.is_some() {
                     return Err(usage(

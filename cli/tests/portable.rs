@@ -252,5 +252,51 @@ fn a_nested_run_of_its_parents_lock_in_another_case_is_refused_where_names_fold(
         assert!(said.contains("held by this process's parent"), "{said}");
     } else {
         assert_eq!(out.status.code(), Some(0), "{out:?}");
+        // Both held by ancestors (`Nest.lock` by one, `nest.lock` by the next): a third level
+        // asking for `nest.lock`, even ready to wait, is refused as its parent's, not left
+        // waiting for it.
+        let level = |lock: &str| {
+            [
+                os(EXE),
+                os("run"),
+                os("--dir"),
+                dir.as_os_str(),
+                os("--lock"),
+                os(lock),
+            ]
+            .map(ToOwned::to_owned)
+        };
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        args.extend(level("Nest.lock"));
+        args.push("--".into());
+        args.extend(level("nest.lock"));
+        args.push("--".into());
+        args.extend(level("nest.lock"));
+        args.push("--wait".into());
+        let args: Vec<&std::ffi::OsStr> = args[1..].iter().map(|a| a.as_os_str()).collect();
+        let out = dirlock_then(&args, &exiting_with(0));
+        assert_eq!(out.status.code(), Some(75), "{out:?}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("held by this process's parent"), "{said}");
     }
+}
+
+/// `run -c` hands its script to the shell as written (`sh -c`; on Windows `cmd /S /C`, where
+/// an ordinary argument's quotes would reach `cmd` escaped as `\"`), and passes on its status.
+#[test]
+fn run_c_passes_the_script_as_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("locks");
+    let out = dirlock(&[
+        os("run"),
+        os("--dir"),
+        dir.as_os_str(),
+        os("--lock"),
+        os("c.lock"),
+        os("-c"),
+        os(r#"echo "hi there" && exit 3"#),
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("hi there") && !said.contains('\\'), "{said}");
 }

@@ -261,3 +261,10 @@ pub fn exit_status(code: i32) -> std::process::ExitCode {
 
 /// Nothing to do on Unix: the parent-death signal reaches only the command itself.
 pub fn command_exited() {}
+
+/// The command that runs `script` through the shell: `sh -c SCRIPT`.
+pub fn shell(script: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new("sh");
+    cmd.arg("-c").arg(script);
+    cmd
+}

@@ -169,3 +169,17 @@ pub fn command_exited() {
         };
     }
 }
+
+/// The command that runs `script` through the command interpreter: `%ComSpec%` (else
+/// `cmd.exe`) `/S /C "SCRIPT"`, the script passed as it is. (As an ordinary argument, its
+/// quotes would be escaped as `\"`, which `cmd` does not read; with `/S` it strips exactly
+/// the outer pair of quotes added here.)
+pub fn shell(script: &str) -> std::process::Command {
+    use std::os::windows::process::CommandExt;
+    let interpreter = std::env::var_os("ComSpec")
+        .filter(|c| !c.is_empty())
+        .unwrap_or_else(|| "cmd.exe".into());
+    let mut cmd = std::process::Command::new(interpreter);
+    cmd.raw_arg(format!("/S /C \"{script}\""));
+    cmd
+}

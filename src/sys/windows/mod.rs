@@ -117,7 +117,8 @@ pub(crate) fn name_on_disk(path: &Path) -> Option<OsString> {
     {
         return None;
     }
-    let w = wide(path);
+    // Asked in the `\\?\` form, so that a path longer than MAX_PATH is found too.
+    let w = wide(&verbatim(path));
     // SAFETY: `w` is NUL-terminated; `data` is a valid WIN32_FIND_DATAW to fill.
     let mut data: WIN32_FIND_DATAW = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -134,6 +135,35 @@ pub(crate) fn name_on_disk(path: &Path) -> Option<OsString> {
         .unwrap_or(data.cFileName.len());
     let found = OsString::from_wide(&data.cFileName[..len]);
     (!found.is_empty()).then_some(found)
+}
+
+/// `path` in the `\\?\` form (`C:\x` as `\\?\C:\x`, `\\server\share\x` as
+/// `\\?\UNC\server\share\x`), which is not limited to MAX_PATH; any other as it is.
+fn verbatim(path: &Path) -> PathBuf {
+    use std::path::{Component, Prefix};
+    let mut rest = path.components();
+    let Some(Component::Prefix(p)) = rest.next() else {
+        return path.to_owned();
+    };
+    let mut out = match p.kind() {
+        Prefix::Disk(_) => {
+            let mut s = std::ffi::OsString::from(r"\\?\");
+            s.push(p.as_os_str());
+            PathBuf::from(s)
+        }
+        Prefix::UNC(server, share) => {
+            let mut s = std::ffi::OsString::from(r"\\?\UNC\");
+            s.push(server);
+            s.push(r"\");
+            s.push(share);
+            PathBuf::from(s)
+        }
+        _ => return path.to_owned(),
+    };
+    for c in rest {
+        out.push(c);
+    }
+    out
 }
 
 /// Opens `path` (never following a reparse point) with `access` and `share`.

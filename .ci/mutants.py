@@ -324,6 +324,10 @@ MUTANTS = [
      'if parents.contains(&owner.pid) {',
      'if parents.first() == Some(&owner.pid) {',
      'cli-portable', 'a_nested_run_of_its_parents_lock_in_another_case_is_refused_where_names_fold'),
+    ('async-attempts-on-every-wake-up', 'src/asynchronous.rs',
+     '                        if armed.changed(&self.dir.space(&ns), &name) {',
+     '                        if true || armed.changed(&self.dir.space(&ns), &name) {',
+     'it-tokio', 'waiting::an_async_waiter_does_not_spin_on_wake_ups_that_change_nothing'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',
@@ -395,6 +399,7 @@ def main():
             target = {"lib": ["-p", "dirlock", "--lib"], "cli": ["-p", "dirlock-cli", "--test", "it"],
                       "async": ["-p", "dirlock", "--features", "tokio", "--test", "async"],
                       "cli-portable": ["-p", "dirlock-cli", "--test", "portable"],
+                      "it-tokio": ["-p", "dirlock", "--features", "tokio", "--test", "it"],
                       "win-lib": ["-p", "dirlock", "--lib"],
                       "win-portable": ["-p", "dirlock", "--test", "portable"],
                       "win-cli-portable": ["-p", "dirlock-cli", "--test", "portable"]}.get(

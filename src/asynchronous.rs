@@ -254,7 +254,7 @@ impl LockRequest {
             }
             let (ns, _) = self.dir.current()?;
             let armed = arm(&self.dir.space(&ns), &name, &me)?;
-            let wake = match &armed {
+            match &armed {
                 Arm::Broken => return Err(err),
                 Arm::Again => {
                     idle += 1;
@@ -269,21 +269,43 @@ impl LockRequest {
                     continue;
                 }
                 Arm::Sleep { watch: Some(w), .. } => {
-                    let sleep = crate::sys::sleep_async(Some(w), cancel.as_deref());
-                    match pause {
-                        Some(p) => k.by_deadline(tokio::time::timeout(p, sleep)).await,
-                        None => k.by_deadline(async { Ok(sleep.await) }).await,
+                    idle = 0;
+                    let until = pause.map(|p| Instant::now() + p);
+                    // Wake-ups that changed nothing (a reader opening the lock directory, a
+                    // zombie's pidfd that stays readable) go back to sleep, after a pause once
+                    // there have been a few: as a blocking waiter, no attempt without a change.
+                    let mut spurious = 0u32;
+                    loop {
+                        let sleep = crate::sys::sleep_async(Some(w), cancel.as_deref());
+                        let bounded = async {
+                            match until {
+                                Some(u) => tokio::time::timeout_at(u, sleep).await.ok(),
+                                None => Some(sleep.await),
+                            }
+                        };
+                        match k.by_deadline(bounded).await {
+                            // The deadline (the next attempt reports it), or the pause is over.
+                            None | Some(None) => break,
+                            Some(Some(Ok(Wake::Cancelled))) => return Err(k.cancelled()),
+                            Some(Some(Err(e))) => {
+                                return Err(Error::io("wait for the lock", &k.lock, e));
+                            }
+                            Some(Some(Ok(_))) => {}
+                        }
+                        let (ns, _) = self.dir.current()?;
+                        if armed.changed(&self.dir.space(&ns), &name) {
+                            break;
+                        }
+                        spurious += 1;
+                        if spurious >= 3 {
+                            spurious = 0;
+                            let p = backoff.next_pause();
+                            let p = until
+                                .map_or(p, |u| p.min(u.saturating_duration_since(Instant::now())));
+                            k.pause(p).await;
+                        }
                     }
                 }
-            };
-            idle = 0;
-            match wake {
-                Some(Ok(Ok(Wake::Cancelled))) => return Err(k.cancelled()),
-                Some(Ok(Err(e))) => {
-                    return Err(Error::io("wait for the lock", &k.lock, e));
-                }
-                // Changed, a pause that ran out, or the deadline (the next attempt reports it).
-                _ => {}
             }
         }
     }

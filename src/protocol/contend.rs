@@ -23,7 +23,7 @@ const SPIN_ROUNDS: u32 = 8;
 
 /// The evidence a wait for a live holder watches, besides the lock directory itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Evidence {
+pub(crate) enum Evidence {
     /// The holder's beacon `flock`, and the pid its record names (for a platform that cannot
     /// see a beacon let go, and watches that process's exit instead).
     Beacon(Option<u32>),
@@ -62,11 +62,13 @@ impl Evidence {
 pub(crate) enum Arm<S: System> {
     /// Look again at once: the lock changed or vanished since the attempt.
     Again,
-    /// Sleep until `watch` fires (`None`: nothing here can wake us; back off instead). `_dir`
-    /// is the lock directory watched, kept open while the watch lives, as a blocking waiter
-    /// keeps it.
+    /// Sleep until `watch` fires (`None`: nothing here can wake us; back off instead). `dir`
+    /// (identity `id`) is the lock directory watched, kept open while the watch lives, as a
+    /// blocking waiter keeps it; `evidence` is what a wake-up re-checks ([`Arm::changed`]).
     Sleep {
-        _dir: S::Dir,
+        dir: S::Dir,
+        id: FileId,
+        evidence: Evidence,
         watch: Option<S::Watch>,
     },
     /// A damaged lock that no process holds: the attempt's error stands.
@@ -96,7 +98,27 @@ pub(crate) fn arm<S: System>(sp: &Space<S>, name: &str, me: &Identity) -> Result
     if changed(sp, name, &dir, id, evidence) {
         return Ok(Arm::Again);
     }
-    Ok(Arm::Sleep { _dir: dir, watch })
+    Ok(Arm::Sleep {
+        dir,
+        id,
+        evidence,
+        watch,
+    })
+}
+
+#[cfg(feature = "tokio")]
+impl<S: System> Arm<S> {
+    /// After a wake-up: whether the lock at `name` really changed (moved, its beacon let go,
+    /// its pid-judged holder gone), with no new open of the lock directory (an open and close
+    /// would wake every other waiter). Only then is another attempt worth making.
+    pub(crate) fn changed(&self, sp: &Space<S>, name: &str) -> bool {
+        match self {
+            Arm::Sleep {
+                dir, id, evidence, ..
+            } => changed(sp, name, dir, *id, *evidence),
+            _ => true,
+        }
+    }
 }
 
 /// One acquisition's contest for `NAME`: its deadline, what it has seen, and how it gives up.

@@ -209,3 +209,45 @@ fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd() {
     });
     assert!(refused, "the waiter never asked for a pidfd");
 }
+
+/// An asynchronous waiter sleeps like a blocking one: a wake-up that changed nothing (here a
+/// zombie holder judged by pid, whose pidfd stays readable, and readers opening the lock
+/// directory) sends it back to sleep without an attempt, so it spends next to no CPU.
+#[cfg(feature = "tokio")]
+#[test]
+fn an_async_waiter_does_not_spin_on_wake_ups_that_change_nothing() {
+    let fx = Fixture::new();
+    // A zombie: killed, not reaped, so its pid still "runs" and its pidfd is readable.
+    let mut zombie = ChildGuard::spawn(std::process::Command::new("sleep").arg("60"));
+    zombie.kill().unwrap();
+    let rec = format!(r#"{{"pid":{},"token":"z"}}"#, zombie.id());
+    plant(fx.dir(), "z.lock", &rec, Duration::ZERO);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::read_dir(fx.dir().join("z.lock"));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        let before = thread_cpu_ticks();
+        let err = rt
+            .block_on(
+                fx.locks
+                    .named_lock("z.lock")
+                    .wait(Duration::from_millis(600))
+                    .acquire_async(),
+            )
+            .unwrap_err();
+        let used = thread_cpu_ticks() - before;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+        // An attempt per wake-up burns tens of ticks (at 100 Hz) in 600 ms.
+        assert!(used < 10, "the waiter used {used} CPU ticks while waiting");
+    });
+    assert_eq!(fx.entries(), vec!["z.lock".to_owned()]);
+}

@@ -331,16 +331,8 @@ impl LockRequest {
         E: From<Error>,
     {
         let guard = self.acquire_async().await?;
-        match f().await {
-            Ok(value) => {
-                guard.release()?;
-                Ok(value)
-            }
-            Err(e) => {
-                drop(guard);
-                Err(e)
-            }
-        }
+        let result = f().await;
+        crate::request::settle(guard, result, |error, _value| error)
     }
 }
 

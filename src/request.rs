@@ -315,39 +315,43 @@ impl LockRequest {
         E: From<Error>,
     {
         let guard = self.acquire()?;
-        match f() {
-            Ok(value) => {
-                guard.release()?;
-                Ok(value)
-            }
-            Err(e) => {
-                // The closure's error is the one the caller needs; the guard still releases.
-                drop(guard);
-                Err(e)
-            }
-        }
+        let result = f();
+        settle(guard, result, |error, _value| error)
     }
 }
 
 /// Releases `guard` after its work returned `result`: the work's error as it is (the guard is
-/// dropped, which releases it), or its value, kept in [`Error::NotReleased`] if the release
-/// fails.
-pub(crate) fn finish<T, E>(guard: LockGuard, result: Result<T, E>) -> Result<T, E>
+/// dropped, which releases it, ignoring errors: the work's error is the one the caller
+/// needs), or its value once the release worked; if the release fails, the error `lost` makes
+/// of the release's error and the value.
+pub(crate) fn settle<T, E>(
+    guard: LockGuard,
+    result: Result<T, E>,
+    lost: impl FnOnce(Error, T) -> Error,
+) -> Result<T, E>
 where
     E: From<Error>,
-    T: Send + Sync + 'static,
 {
     match result {
         Ok(value) => match guard.release() {
             Ok(()) => Ok(value),
-            Err(error) => Err(E::from(Error::NotReleased {
-                error: Box::new(error),
-                value: Box::new(value),
-            })),
+            Err(error) => Err(E::from(lost(error, value))),
         },
         Err(e) => {
             drop(guard);
             Err(e)
         }
     }
+}
+
+/// [`settle`], keeping the work's value in [`Error::NotReleased`] if the release fails.
+pub(crate) fn finish<T, E>(guard: LockGuard, result: Result<T, E>) -> Result<T, E>
+where
+    E: From<Error>,
+    T: Send + Sync + 'static,
+{
+    settle(guard, result, |error, value| Error::NotReleased {
+        error: Box::new(error),
+        value: Box::new(value),
+    })
 }

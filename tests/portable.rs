@@ -99,22 +99,25 @@ fn a_timeout_and_a_cancel_end_a_wait() {
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
 
     let cancel = Cancel::new().unwrap();
-    let waiter = std::thread::spawn({
-        let (dir, cancel) = (dir.clone(), cancel.clone());
-        move || {
-            Locks::in_dir(&dir)
-                .unwrap()
-                .named_lock(LOCK)
-                .wait(Wait::Forever)
-                .cancel(&cancel)
-                .acquire()
-                .map(drop)
-        }
-    });
+    let waiter = spawn_waiter(&dir, &cancel);
     std::thread::sleep(Duration::from_millis(200));
     cancel.cancel();
     let err = within(30, waiter, || {}).unwrap_err();
     assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+}
+
+/// A thread waiting for `LOCK` in `dir` however long it takes, unless `cancel` is fired.
+fn spawn_waiter(dir: &Path, cancel: &Cancel) -> std::thread::JoinHandle<Result<(), Error>> {
+    let (dir, cancel) = (dir.to_owned(), cancel.clone());
+    std::thread::spawn(move || {
+        Locks::in_dir(&dir)
+            .unwrap()
+            .named_lock(LOCK)
+            .wait(Wait::Forever)
+            .cancel(&cancel)
+            .acquire()
+            .map(drop)
+    })
 }
 
 /// The result of `thread` if it ends within `secs`. Else the test fails: `stop` is called
@@ -199,18 +202,7 @@ fn a_waiter_on_a_damaged_lock_in_use_hears_when_its_holder_dies() {
     // Damage the held lock's record: the waiter can only wait for its beacon to be let go.
     std::fs::write(dir.join(LOCK).join("owner.json"), b"garbage").unwrap();
     let cancel = Cancel::new().unwrap();
-    let waiter = std::thread::spawn({
-        let (dir, cancel) = (dir.clone(), cancel.clone());
-        move || {
-            Locks::in_dir(&dir)
-                .unwrap()
-                .named_lock(LOCK)
-                .wait(Wait::Forever)
-                .cancel(&cancel)
-                .acquire()
-                .map(drop)
-        }
-    });
+    let waiter = spawn_waiter(&dir, &cancel);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         !waiter.is_finished(),

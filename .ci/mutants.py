@@ -70,8 +70,8 @@ MUTANTS = [
      "it",
      "contention::the_same_thread_is_refused_at_once"),
     ('cancel-ignored', 'src/protocol/contend.rs',
-     '    let (sp, name, cancel) = (k.sp, k.req.name, k.cancel());',
-     '    let (sp, name, cancel) = (k.sp, k.req.name, None::<&crate::sys::CancelHandle>);',
+     '    let cancel = k.cancel();\n    if matches!(w.evidence',
+     '    let cancel = None::<&crate::sys::CancelHandle>;\n    if matches!(w.evidence',
      'it',
      'waiting::a_cancelled_wait_leaves_nothing_behind'),
     ('candidate-left-on-timeout', 'src/protocol/stage.rs',
@@ -108,8 +108,8 @@ MUTANTS = [
      "cli",
      "cli::what_the_command_left_running_keeps_the_lock_until_it_exits"),
     ('nested-run-waits-for-its-parent', 'src/request.rs',
-     'let parents = held_by_parent(*dir_id, &name);',
-     'let parents: Vec<u32> = held_by_parent(*dir_id, &name).into_iter().filter(|_| false).collect();',
+     'let parents = held_by_parent(dir_id, name);',
+     'let parents: Vec<u32> = held_by_parent(dir_id, name).into_iter().filter(|_| false).collect();',
      'cli',
      'cli::a_nested_run_of_the_same_lock_is_told_its_parent_holds_it'),
     ('sweep-ignores-the-candidate-beacon', 'src/space.rs',
@@ -324,10 +324,37 @@ MUTANTS = [
      'if parents.contains(&owner.pid) {',
      'if parents.first() == Some(&owner.pid) {',
      'cli-portable', 'a_nested_run_of_its_parents_lock_in_another_case_is_refused_where_names_fold'),
-    ('async-attempts-on-every-wake-up', 'src/asynchronous.rs',
-     '                        if armed.changed(&self.dir.space(&ns), &name) {',
-     '                        if true || armed.changed(&self.dir.space(&ns), &name) {',
+    ('waiter-attempts-on-every-wake-up', 'src/protocol/contend.rs',
+     """            Wake::Changed => {
+                self.spurious += 1;
+                true
+            }""",
+     """            Wake::Changed => false,""",
      'it-tokio', 'waiting::an_async_waiter_does_not_spin_on_wake_ups_that_change_nothing'),
+    ('async-restages-every-round', 'src/asynchronous.rs',
+     """    let mut k = Contender::new(sp, req, me)?;
+    if told {
+        k.told();
+    }
+    let cancel = k.cancel();
+    loop {
+        match k.round()? {""",
+     """    let cancel = req.options.cancel.as_ref().map(|c| &*c.0);
+    loop {
+        let mut k = Contender::new(sp, req, me)?;
+        if told {
+            k.told();
+        }
+        match k.round()? {""",
+     'async', 'tasks::a_waiting_task_keeps_its_candidate_staged_and_publishes_it'),
+    ('async-queued-task-not-told', 'src/asynchronous.rs',
+     '(&self.options.on_wait, holder())',
+     '(&self.options.on_wait, holder().filter(|_| false))',
+     'async', 'tasks::a_task_queued_behind_another_is_told_who_holds_the_lock'),
+    ('async-runtime-not-checked', 'src/asynchronous.rs',
+     '    drop(tokio::time::sleep(Duration::ZERO)); // panics without time\n',
+     '',
+     'async', 'tasks::a_runtime_without_time_or_io_fails_at_the_first_call'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',

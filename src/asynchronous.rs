@@ -1,12 +1,13 @@
 //! Asynchronous acquisition (feature `tokio`): [`LockRequest::acquire_async`] and the `_async`
 //! helpers.
 //!
-//! An asynchronous acquisition is a loop of fail-fast attempts, run inline (staging,
-//! publishing and reclaiming are a handful of short system calls; an attempt never sleeps),
-//! and, between them, a wait in the runtime's reactor on the same kernel wake-ups a blocking
-//! waiter sleeps on (Linux: inotify and a pidfd; macOS and FreeBSD: a kqueue; Windows: the
-//! change notification and the holder's process, through the system's wait threads). A
-//! waiting task holds no thread.
+//! An asynchronous acquisition runs the contest a blocking one runs ([`Contender`]): one
+//! candidate staged for the whole acquisition, and rounds of publishing, judging and
+//! reclaiming, inline (a handful of short system calls; a round never sleeps). What differs
+//! is the sleep between rounds: a wait in the runtime's reactor on the same kernel wake-ups a
+//! blocking waiter sleeps on (Linux: inotify and a pidfd; macOS and FreeBSD: a kqueue;
+//! Windows: the change notification and the holder's process, through the system's wait
+//! threads), or a timer for a pause. A waiting task holds no thread.
 //!
 //! The tasks of one process that want the same lock queue behind one another, first come
 //! first served: only the task at the head of the queue contends with other processes and is
@@ -15,30 +16,26 @@
 //! task when the guard goes. Between processes, as for blocking waiters, whoever is first to
 //! publish after a release wins.
 //!
-//! Dropping the future at any point leaves nothing behind: a lost attempt has already removed
-//! its candidate, a wait is only registrations, and the future returns as soon as an attempt
-//! wins, so a lock it published is always in the guard it returns.
+//! Dropping the future at any point leaves nothing behind: the contender's drop removes its
+//! candidate, a wait is only registrations, and the future returns as soon as a round wins,
+//! with no await between the publish and the guard, so a lock it published is always in the
+//! guard it returns.
 
 use crate::error::Error;
 use crate::guard::LockGuard;
-use crate::held::{check_order, Who};
+use crate::held::Who;
 use crate::locks::Locks;
-use crate::options::{Backoff, Wait, Waiting};
-use crate::owner::Owner;
-use crate::protocol::{arm, Arm};
-use crate::request::LockRequest;
-use crate::sys::{FileId, Real, System, Wake};
+use crate::options::{Wait, Waiting};
+use crate::protocol::{Contender, Held, Next, Patience, Request, MAX_RESTAGES};
+use crate::request::{LockRequest, Resolved};
+use crate::space::{not_found, Seen, Space};
+use crate::sys::{Clock, FileId, Identity, Real, System, Wake};
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
-use tokio::sync::Semaphore;
-use tokio::time::Instant;
-
-/// Rounds in a row that found the lock changed before a wait could be armed, after which the
-/// task pauses (bounded backoff) before it looks again.
-const SPIN_ROUNDS: u32 = 8;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Each lock's queue of this process's tasks, by lock directory and name (entries whose queue
 /// is gone are pruned as new ones come).
@@ -77,58 +74,60 @@ async fn first<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output>
     .await
 }
 
-/// One asynchronous acquisition: what its errors name, and what it has seen.
-struct Pursuit {
-    lock: PathBuf,
-    resource: String,
-    started: Instant,
-    deadline: Option<Instant>,
-    last_owner: Option<Owner>,
-    told: bool,
+/// The runtimes [`check_runtime`] has seen enabled.
+static CHECKED: Mutex<Vec<tokio::runtime::Id>> = Mutex::new(Vec::new());
+
+/// Checks, once per runtime, that the current runtime can serve a wait: it has time and (on
+/// Unix) I/O enabled. Without them tokio panics; this makes that panic happen at the first
+/// asynchronous acquisition on the runtime, whether or not it has to wait, rather than only
+/// under contention.
+fn check_runtime() -> Result<(), Error> {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return Err(Error::InvalidInput {
+            what: "acquire_async".into(),
+            problem: "it must run on a tokio runtime (built with `enable_all`, or with time \
+                      and I/O enabled); outside one, use `acquire`"
+                .into(),
+        });
+    };
+    let id = rt.id();
+    if CHECKED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(&id)
+    {
+        return Ok(());
+    }
+    drop(tokio::time::sleep(Duration::ZERO)); // panics without time
+    crate::sys::check_reactor(); // panics without I/O, where a wait needs it
+    let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
+    if checked.len() >= 64 {
+        checked.remove(0); // a process making runtime after runtime: forget the oldest
+    }
+    checked.push(id);
+    Ok(())
 }
 
-impl Pursuit {
-    fn timeout(&self) -> Error {
-        Error::Timeout {
-            lock: self.lock.clone(),
-            resource: self.resource.clone(),
-            waited: self.started.elapsed(),
-            owner: self.last_owner.clone().map(Box::new),
-        }
-    }
-
-    fn cancelled(&self) -> Error {
-        Error::Cancelled {
-            lock: self.lock.clone(),
-            resource: self.resource.clone(),
-        }
-    }
-
-    fn expired(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
-    }
-
-    /// `fut`, unless the deadline comes first (`None`).
-    async fn by_deadline<T>(&self, fut: impl Future<Output = T>) -> Option<T> {
-        match self.deadline {
-            Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
-            None => Some(fut.await),
-        }
-    }
-
-    /// Sleeps `pause`, or less at the deadline.
-    async fn pause(&self, pause: Duration) {
-        let _ = self.by_deadline(tokio::time::sleep(pause)).await;
-    }
+/// Sleeps `pause` (`None`: forever), or less if `cancel` fires: whether it was cancelled.
+async fn pause(pause: Option<Duration>, cancel: Option<&crate::sys::CancelHandle>) -> bool {
+    let sleep = crate::sys::sleep_async(None, cancel);
+    let wake = match pause {
+        Some(p) => tokio::time::timeout(p, sleep)
+            .await
+            .unwrap_or(Ok(Wake::TimedOut)),
+        None => sleep.await,
+    };
+    matches!(wake, Ok(Wake::Cancelled))
 }
 
 impl LockRequest {
-    /// Takes the lock without holding a thread while it waits (feature `tokio`; call it on a
-    /// tokio runtime with time and I/O enabled). Waiting, options, errors and refusals are
-    /// those of [`LockRequest::acquire`]; the wait is in the runtime's reactor, woken by the
-    /// kernel as a blocking wait is. The refusals are per task: a task that holds a lock and
-    /// asks for it again is refused ([`Error::AlreadyHeld`]), while other tasks of the process
-    /// wait for it like other processes.
+    /// Takes the lock without holding a thread while it waits (feature `tokio`). Waiting,
+    /// options, errors and refusals are those of [`LockRequest::acquire`]; the wait is in the
+    /// runtime's reactor, woken by the kernel as a blocking wait is. The refusals are per
+    /// task: a task that holds a lock and asks for it again is refused
+    /// ([`Error::AlreadyHeld`]), while other tasks of the process wait for it like other
+    /// processes. Futures joined in one task (`join!`, `select!`) are that task: to have them
+    /// wait for each other, spawn them as tasks.
     ///
     /// The tasks of this process waiting for the same lock are served in the order they
     /// asked; see the [module docs](crate#asynchronous-acquisition).
@@ -151,171 +150,111 @@ impl LockRequest {
     /// # Errors
     ///
     /// As [`LockRequest::acquire`]; [`Error::InvalidInput`] when polled outside a tokio
-    /// runtime. (A runtime without time or I/O enabled makes tokio panic.)
+    /// runtime.
+    ///
+    /// # Panics
+    ///
+    /// Where tokio panics: on a runtime built without time, or on Unix without I/O (call
+    /// `enable_all` on the runtime builder). It does so at the first call on such a runtime,
+    /// whether or not the lock is free.
     pub async fn acquire_async(self) -> Result<LockGuard, Error> {
-        if tokio::runtime::Handle::try_current().is_err() {
-            return Err(Error::InvalidInput {
-                what: "acquire_async".into(),
-                problem: "it must run on a tokio runtime (built with `enable_all`, or with time \
-                          and I/O enabled); outside one, use `acquire`"
-                    .into(),
-            });
-        }
+        check_runtime()?;
+        // An acquisition that finds the lock free never waits: it counts against the task's
+        // budget, so that a task taking locks in a loop still lets the others run.
+        tokio::task::consume_budget().await;
         let who = Who::current();
-        let started = Instant::now();
-        let (name, resource, family) = self.resolve()?;
-        let lock = self.dir.path.join(&name);
+        let started = Real.monotonic();
+        let t = self.target()?;
         let (dir, dir_id) = self.dir.current()?;
         // Before queueing: a task that holds the lock would wait behind itself.
-        let found = || Real.meta_at(&dir, &name).ok().map(|m| m.id);
-        check_order(dir_id, &name, found, family, &lock, &resource, who)?;
-        let mut k = Pursuit {
-            lock,
-            resource,
-            started,
-            deadline: match self.options.wait {
-                Wait::Immediately => Some(started),
-                Wait::Forever => None,
-                Wait::Timeout(d) => started.checked_add(d),
-            },
-            last_owner: None,
-            told: false,
-        };
-        if self.options.wait == Wait::Immediately {
-            return self.attempt(who);
-        }
-        let cancel = self.options.cancel.as_ref().map(|c| c.0.clone());
-        let queue = queue(dir_id, &name);
-        let cancelled = async {
-            match cancel.as_deref() {
-                Some(c) => crate::sys::sleep_async(None, Some(c)).await,
-                None => std::future::pending().await,
-            }
-        };
-        let turn = match first(k.by_deadline(queue.acquire_owned()), cancelled).await {
-            Either::A(Some(turn)) => turn.expect("a lock's queue is never closed"),
-            Either::A(None) => return Err(k.timeout()),
-            Either::B(_) => return Err(k.cancelled()),
+        self.refusals(&dir, dir_id, &t, who)?;
+        let mut told = false;
+        let turn = match self.options.wait {
+            Wait::Immediately => None,
+            _ => Some(self.queue(&dir, dir_id, &t, started, &mut told).await?),
         };
         let me = Real.identity();
-        let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(250));
-        let mut idle = 0;
+        let mut left = MAX_RESTAGES;
         loop {
-            if cancel.as_ref().is_some_and(|c| c.is_fired()) {
-                return Err(k.cancelled());
-            }
-            let err = match self.clone().attempt(who) {
-                Ok(mut guard) => {
-                    guard.turn = Some(turn);
+            let (dir, dir_id) = self.dir.current()?;
+            self.refusals(&dir, dir_id, &t, who)?;
+            let req = Request {
+                name: &t.name,
+                resource: &t.resource,
+                options: &self.options,
+                started,
+            };
+            let sp = self.dir.space(&dir);
+            match contend(&sp, &req, &me, told).await {
+                Ok(held) => {
+                    let mut guard =
+                        LockGuard::new(held, self.dir, dir, dir_id, t.resource, t.family, who);
+                    guard.turn = turn;
                     return Ok(guard);
                 }
-                Err(e) => e,
-            };
-            // What to wait for: a change of the lock (`watch`), at most `pause`.
-            let (watch, pause) = match &err {
-                Error::Locked {
-                    owner,
-                    judgement,
-                    since,
-                    ..
-                } => {
-                    k.tell(&self, owner, judgement, *since);
-                    (true, None)
-                }
-                Error::Stale {
-                    owner,
-                    judgement,
-                    remaining,
-                    ..
-                } => {
-                    let since = std::time::SystemTime::now();
-                    k.tell(&self, owner, judgement, since);
-                    (true, Some(*remaining))
-                }
-                // A damaged lock: waited for while a process holds it, else reported.
-                Error::Malformed { .. } => (true, None),
-                Error::Guarded { remaining, .. } => {
-                    let pause = backoff.next_pause();
-                    (false, Some(remaining.map_or(pause, |r| r.min(pause))))
-                }
-                // An attempt that kept finding the holder gone, without pausing.
-                Error::Timeout { .. } => (false, Some(backoff.next_pause())),
-                _ => return Err(err),
-            };
-            if let Some(owner) = err.owner() {
-                k.last_owner = Some(owner.clone());
-            }
-            if k.expired() {
-                return Err(k.timeout());
-            }
-            if !watch {
-                k.pause(pause.unwrap_or_default()).await;
-                continue;
-            }
-            let (ns, _) = self.dir.current()?;
-            let armed = arm(&self.dir.space(&ns), &name, &me)?;
-            match &armed {
-                Arm::Broken => return Err(err),
-                Arm::Again => {
-                    idle += 1;
-                    if idle >= SPIN_ROUNDS {
-                        k.pause(backoff.next_pause()).await;
-                    }
-                    continue;
-                }
-                Arm::Sleep { watch: None, .. } => {
-                    let p = backoff.next_pause();
-                    k.pause(pause.map_or(p, |r| r.min(p))).await;
-                    continue;
-                }
-                Arm::Sleep { watch: Some(w), .. } => {
-                    idle = 0;
-                    let until = pause.map(|p| Instant::now() + p);
-                    // Wake-ups that changed nothing (a reader opening the lock directory, a
-                    // zombie's pidfd that stays readable) go back to sleep, after a pause once
-                    // there have been a few: as a blocking waiter, no attempt without a change.
-                    let mut spurious = 0u32;
-                    loop {
-                        let sleep = crate::sys::sleep_async(Some(w), cancel.as_deref());
-                        let bounded = async {
-                            match until {
-                                Some(u) => tokio::time::timeout_at(u, sleep).await.ok(),
-                                None => Some(sleep.await),
-                            }
-                        };
-                        match k.by_deadline(bounded).await {
-                            // The deadline (the next attempt reports it), or the pause is over.
-                            None | Some(None) => break,
-                            Some(Some(Ok(Wake::Cancelled))) => return Err(k.cancelled()),
-                            Some(Some(Err(e))) => {
-                                return Err(Error::io("wait for the lock", &k.lock, e));
-                            }
-                            Some(Some(Ok(_))) => {}
-                        }
-                        let (ns, _) = self.dir.current()?;
-                        if armed.changed(&self.dir.space(&ns), &name) {
-                            break;
-                        }
-                        spurious += 1;
-                        if spurious >= 3 {
-                            spurious = 0;
-                            let p = backoff.next_pause();
-                            let p = until
-                                .map_or(p, |u| p.min(u.saturating_duration_since(Instant::now())));
-                            k.pause(p).await;
-                        }
-                    }
-                }
+                // The lock directory was removed under us (a temp cleaner): go on in a new one.
+                Err(e) if left > 0 && not_found(&e) && Real.unlinked(&dir) => left -= 1,
+                Err(e) => return Err(e),
             }
         }
     }
 
-    /// One fail-fast attempt that never pauses, for `who`.
-    fn attempt(mut self, who: Who) -> Result<LockGuard, Error> {
-        self.options.wait = Wait::Immediately;
-        self.options.inline = true;
-        self.options.on_wait = None;
-        self.acquire_as(who)
+    /// Waits for this task's turn among the process's tasks that want the lock `t` (in the
+    /// lock directory `dir`), until the deadline or a cancel. A task that has to queue is told
+    /// (`on_wait`) who holds the lock, and a timeout names it.
+    async fn queue(
+        &self,
+        dir: &<Real as System>::Dir,
+        dir_id: FileId,
+        t: &Resolved,
+        started: Duration,
+        told: &mut bool,
+    ) -> Result<OwnedSemaphorePermit, Error> {
+        let queue = queue(dir_id, &t.name);
+        if let Ok(turn) = queue.clone().try_acquire_owned() {
+            return Ok(turn);
+        }
+        let sp = self.dir.space(dir);
+        let holder = || match sp.observe(&t.name) {
+            Ok(Seen::Owned { dir, meta, owner }) => {
+                let judgement = sp.judge(&dir, &owner, &Real.identity());
+                Some((owner, judgement, meta.mtime))
+            }
+            _ => None,
+        };
+        if let (Some(f), Some((owner, judgement, since))) = (&self.options.on_wait, holder()) {
+            *told = true;
+            f(&Waiting {
+                lock: t.path.clone(),
+                owner,
+                judgement,
+                since,
+            });
+        }
+        let cancel = self.options.cancel.as_ref().map(|c| &*c.0);
+        let left = match self.options.wait {
+            Wait::Timeout(d) => Some(d.saturating_sub(Real.monotonic().saturating_sub(started))),
+            _ => None,
+        };
+        let wait = async {
+            match left {
+                Some(l) => tokio::time::timeout(l, queue.acquire_owned()).await.ok(),
+                None => Some(queue.acquire_owned().await),
+            }
+        };
+        match first(wait, pause(None, cancel)).await {
+            Either::A(Some(turn)) => Ok(turn.expect("a lock's queue is never closed")),
+            Either::A(None) => Err(Error::Timeout {
+                lock: t.path.clone(),
+                resource: t.resource.clone(),
+                waited: Real.monotonic().saturating_sub(started),
+                owner: holder().map(|(owner, ..)| Box::new(owner)),
+            }),
+            Either::B(_) => Err(Error::Cancelled {
+                lock: t.path.clone(),
+                resource: t.resource.clone(),
+            }),
+        }
     }
 
     /// Takes the lock without holding a thread, runs `f`'s future, and releases the lock
@@ -357,23 +296,50 @@ impl LockRequest {
     }
 }
 
-impl Pursuit {
-    /// Tells the request's `on_wait` (once) who it waits for.
-    fn tell(
-        &mut self,
-        req: &LockRequest,
-        owner: &Owner,
-        judgement: &crate::Judgement,
-        since: std::time::SystemTime,
-    ) {
-        if let (false, Some(f)) = (self.told, &req.options.on_wait) {
-            self.told = true;
-            f(&Waiting {
-                lock: self.lock.clone(),
-                owner: owner.clone(),
-                judgement: judgement.clone(),
-                since,
-            });
+/// The contest of an asynchronous acquisition: [`Contender::round`]s as a blocking one runs
+/// them, with the runtime's sleeps between them. One candidate is staged for the whole
+/// contest, so that a release finds it ready to publish (and, when the future is dropped,
+/// the contender's drop removes it).
+async fn contend(
+    sp: &Space<'_, Real>,
+    req: &Request<'_>,
+    me: &Identity,
+    told: bool,
+) -> Result<Held<Real>, Error> {
+    let mut k = Contender::new(sp, req, me)?;
+    if told {
+        k.told();
+    }
+    let cancel = k.cancel();
+    loop {
+        match k.round()? {
+            Next::Won => return Ok(k.won()),
+            Next::Again => {}
+            Next::Pause(p) => {
+                if pause(Some(p), cancel).await {
+                    return Err(k.cancelled());
+                }
+            }
+            Next::Wait(w) => {
+                let mut p = Patience::new(&k, &w);
+                while let Some((watching, timeout)) = p.next(&k, &w) {
+                    let sleep = crate::sys::sleep_async(watching, cancel);
+                    let wake = match timeout {
+                        Some(t) => tokio::time::timeout(t, sleep)
+                            .await
+                            .unwrap_or(Ok(Wake::TimedOut)),
+                        None => sleep.await,
+                    }
+                    .map_err(|e| k.wait_failed(e))?;
+                    if wake == Wake::Cancelled {
+                        return Err(k.cancelled());
+                    }
+                    if !p.woke(wake) {
+                        break;
+                    }
+                }
+                k.waited(w, p.into_watch());
+            }
         }
     }
 }

@@ -92,10 +92,6 @@ pub(crate) struct Options {
     pub purpose: Option<String>,
     pub cancel: Option<Cancel>,
     pub on_wait: Option<OnWait>,
-    /// An attempt of an asynchronous acquisition: it never pauses (a run of rounds that found
-    /// the holder gone ends in a timeout error instead, and the caller pauses without holding
-    /// the thread).
-    pub inline: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -107,7 +103,6 @@ impl std::fmt::Debug for Options {
             .field("purpose", &self.purpose)
             .field("cancel", &self.cancel)
             .field("on_wait", &self.on_wait.is_some())
-            .field("inline", &self.inline)
             .finish()
     }
 }
@@ -121,7 +116,6 @@ impl Options {
             purpose: None,
             cancel: None,
             on_wait: None,
-            inline: false,
         }
     }
 }

@@ -10,10 +10,19 @@ use crate::paths;
 use crate::protocol::{self, Request};
 use crate::reclaim::{self, Unlocked};
 use crate::space::Seen;
-use crate::sys::{Clock, Real, System};
+use crate::sys::{Clock, FileId, Real, System};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// A request's target, resolved: the lock's name and path, the resource it stands for, and its
+/// family (for the lock order).
+pub(crate) struct Resolved {
+    pub name: String,
+    pub path: PathBuf,
+    pub resource: String,
+    pub family: Family,
+}
 
 /// What a request is for.
 #[derive(Clone, Debug)]
@@ -174,10 +183,20 @@ impl LockRequest {
         self.acquire_as(Who::current())
     }
 
+    /// What an acquisition takes: see [`Target`].
+    pub(crate) fn target(&self) -> Result<Resolved, Error> {
+        let (name, resource, family) = self.resolve()?;
+        Ok(Resolved {
+            path: self.dir.path.join(&name),
+            name,
+            resource,
+            family,
+        })
+    }
+
     /// [`LockRequest::acquire`] for `who` (this thread, or an asynchronous acquisition's task).
     pub(crate) fn acquire_as(self, who: Who) -> Result<LockGuard, Error> {
-        let (name, resource, family) = self.resolve()?;
-        let lock_path = self.dir.path.join(&name);
+        let t = self.target()?;
         let started = Real.monotonic();
         let me = Real.identity();
         let mut used = None;
@@ -187,36 +206,55 @@ impl LockRequest {
             |(dir, _)| dir,
             |(dir, dir_id)| {
                 used = Some((dir.clone(), *dir_id));
-                let found = || Real.meta_at(dir, &name).ok().map(|m| m.id);
-                check_order(*dir_id, &name, found, family, &lock_path, &resource, who)?;
-                let sp = self.dir.space(dir);
-                let parents = held_by_parent(*dir_id, &name);
-                if !parents.is_empty() {
-                    // An ancestor said it runs us under this lock: if it still holds it,
-                    // waiting would wait for ourselves.
-                    if let Seen::Owned { owner, .. } = sp.observe(&name)? {
-                        if parents.contains(&owner.pid) {
-                            return Err(Error::HeldByParent {
-                                lock: lock_path.clone(),
-                                resource: resource.clone(),
-                                pid: owner.pid,
-                            });
-                        }
-                    }
-                }
+                self.refusals(dir, *dir_id, &t, who)?;
                 let req = Request {
-                    name: &name,
-                    resource: &resource,
+                    name: &t.name,
+                    resource: &t.resource,
                     options: &self.options,
                     started,
                 };
-                protocol::acquire(&sp, &req, &me)
+                protocol::acquire(&self.dir.space(dir), &req, &me)
             },
         )?;
         let (dir, dir_id) = used.expect("an acquisition ran in some directory");
         Ok(LockGuard::new(
-            held, self.dir, dir, dir_id, resource, family, who,
+            held, self.dir, dir, dir_id, t.resource, t.family, who,
         ))
+    }
+
+    /// The refusals an acquisition by `who` of `t` in the lock directory `dir` checks before
+    /// it contends: the lock order, a lock `who` holds already, and a lock an ancestor runs us
+    /// under (waiting would wait for ourselves).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockOrder`], [`Error::AlreadyHeld`], [`Error::HeldByParent`], or an error
+    /// observing the lock.
+    pub(crate) fn refusals(
+        &self,
+        dir: &<Real as System>::Dir,
+        dir_id: FileId,
+        t: &Resolved,
+        who: Who,
+    ) -> Result<(), Error> {
+        let (name, lock_path, resource) = (t.name.as_str(), t.path.as_path(), t.resource.as_str());
+        let found = || Real.meta_at(dir, name).ok().map(|m| m.id);
+        check_order(dir_id, name, found, t.family, lock_path, resource, who)?;
+        let parents = held_by_parent(dir_id, name);
+        if !parents.is_empty() {
+            // An ancestor said it runs us under this lock: if it still holds it, waiting
+            // would wait for ourselves.
+            if let Seen::Owned { owner, .. } = self.dir.space(dir).observe(name)? {
+                if parents.contains(&owner.pid) {
+                    return Err(Error::HeldByParent {
+                        lock: lock_path.to_owned(),
+                        resource: resource.to_owned(),
+                        pid: owner.pid,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The lock's state, owner, guard and leftovers, without changing anything.

@@ -2,7 +2,10 @@
 //! from a dead one, or give up at the deadline. [`contend`] reads as those steps; each is a
 //! method of [`Contest`], which keeps the deadline and what the acquisition has seen.
 
-use super::stage::{publish, refresh, restage, Publish, Request, Staged, REFRESH_AFTER};
+use super::stage::{
+    publish, refresh, restage, stage, unstage, Publish, Request, Staged, REFRESH_AFTER,
+};
+use super::Held;
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::options::{Ages, Backoff, Wait};
@@ -57,74 +60,56 @@ impl Evidence {
     }
 }
 
-/// What an asynchronous acquisition does after a fail-fast attempt lost: see [`arm`].
-#[cfg(feature = "tokio")]
-pub(crate) enum Arm<S: System> {
-    /// Look again at once: the lock changed or vanished since the attempt.
+/// What a contender does next, after a round that did not win: the contest's decision, which
+/// the blocking driver ([`super::acquire`]) carries out with the thread's sleeps and the
+/// asynchronous one with the runtime's.
+pub(crate) enum Next<S: System> {
+    /// The candidate is published: the lock is ours.
+    Won,
+    /// Publish again at once (the holder vanished, or the lock changed under a reclaim).
     Again,
-    /// Sleep until `watch` fires (`None`: nothing here can wake us; back off instead). `dir`
-    /// (identity `id`) is the lock directory watched, kept open while the watch lives, as a
-    /// blocking waiter keeps it; `evidence` is what a wake-up re-checks ([`Arm::changed`]).
-    Sleep {
-        dir: S::Dir,
-        id: FileId,
-        evidence: Evidence,
-        watch: Option<S::Watch>,
-    },
-    /// A damaged lock that no process holds: the attempt's error stands.
-    Broken,
+    /// Sleep this long (never past the deadline), unless cancelled, then publish again.
+    Pause(Duration),
+    /// Sleep until the lock may have changed, then publish again.
+    Wait(Waiting<S>),
 }
 
-/// Arms a watch of the lock now at `NAME` for an asynchronous waiter, with the evidence a
-/// blocking waiter would re-check, then looks once more (a change before the watch was armed
-/// would otherwise be missed).
+/// A wait for the lock at `NAME` to change: released (moved away from directory `id`), its
+/// `evidence` gone, or `until` passed. `dir` (the lock directory waited on) stays open while
+/// the watch lives, and, when `keep`, until our publish is done (see [`Held::last_seen`]).
 ///
-/// # Errors
-///
-/// As observing the lock directory.
-#[cfg(feature = "tokio")]
-pub(crate) fn arm<S: System>(sp: &Space<S>, name: &str, me: &Identity) -> Result<Arm<S>, Error> {
-    let (dir, id, evidence) = match sp.observe(name)? {
-        Seen::Gone => return Ok(Arm::Again),
-        Seen::Malformed(_) => return Ok(Arm::Broken),
-        Seen::InUse { dir, meta, .. } => (dir, meta.id, Evidence::Beacon(None)),
-        Seen::Owned { dir, meta, owner } => {
-            let evidence = Evidence::of(&owner, sp.judge(&dir, &owner, me).liveness);
-            (dir, meta.id, evidence)
-        }
-    };
-    let (pid, beacon) = evidence.watched();
-    let watch = sp.sys.watch(&dir, pid, beacon).unwrap_or(None);
-    if changed(sp, name, &dir, id, evidence) {
-        return Ok(Arm::Again);
+/// [`Held::last_seen`]: super::Held::last_seen
+pub(crate) struct Waiting<S: System> {
+    pub(crate) dir: S::Dir,
+    pub(crate) id: FileId,
+    pub(crate) evidence: Evidence,
+    pub(crate) until: Option<Duration>,
+    keep: bool,
+}
+
+impl<S: System> Waiting<S> {
+    /// The watch of this wait (`None`: nothing here can wake it; back off instead).
+    fn watch(&self, sys: &S) -> Option<S::Watch> {
+        let (pid, beacon) = self.evidence.watched();
+        sys.watch(&self.dir, pid, beacon).unwrap_or(None)
     }
-    Ok(Arm::Sleep {
-        dir,
-        id,
-        evidence,
-        watch,
-    })
-}
 
-#[cfg(feature = "tokio")]
-impl<S: System> Arm<S> {
-    /// After a wake-up: whether the lock at `name` really changed (moved, its beacon let go,
-    /// its pid-judged holder gone), with no new open of the lock directory (an open and close
-    /// would wake every other waiter). Only then is another attempt worth making.
-    pub(crate) fn changed(&self, sp: &Space<S>, name: &str) -> bool {
-        match self {
-            Arm::Sleep {
-                dir, id, evidence, ..
-            } => changed(sp, name, dir, *id, *evidence),
-            _ => true,
-        }
+    /// Whether the lock at `NAME` is no longer what this wait waits on: see [`changed`].
+    fn changed(&self, sp: &Space<S>, name: &str) -> bool {
+        changed(sp, name, &self.dir, self.id, self.evidence)
     }
 }
 
-/// One acquisition's contest for `NAME`: its deadline, what it has seen, and how it gives up.
-struct Contest<'r, 'a, S: System> {
+/// One acquisition's contest for `NAME`, from staging to the win: its candidate, its
+/// deadline, what it has seen, and how it gives up. Each [`Contender::round`] publishes once
+/// and decides what to do next ([`Next`]); the caller does it. Dropped before it won, it
+/// removes its candidate, whatever the way out (an error, a cancelled future).
+pub(crate) struct Contender<'r, 'a, S: System> {
     sp: &'r Space<'a, S>,
     req: &'r Request<'r>,
+    me: &'r Identity,
+    /// Our staged candidate (taken out when won).
+    c: Option<Staged<S>>,
     deadline: Option<Duration>,
     fail_fast: bool,
     /// Publishes lost so far.
@@ -135,14 +120,38 @@ struct Contest<'r, 'a, S: System> {
     told: bool,
     backoff: Backoff,
     ages: Ages,
+    /// The dead owner this contender reclaimed the lock from, if it did.
+    reclaimed_from: Option<Owner>,
 }
 
-impl<'r, 'a, S: System> Contest<'r, 'a, S> {
-    fn new(sp: &'r Space<'a, S>, req: &'r Request<'r>) -> Self {
+impl<S: System> Drop for Contender<'_, '_, S> {
+    fn drop(&mut self) {
+        // Not while unwinding (a panicking `on_wait`; a crash, in the simulation): the
+        // candidate is then left as a crash leaves it, for a sweep to remove.
+        if let (Some(c), false) = (self.c.take(), std::thread::panicking()) {
+            unstage(self.sp, c);
+        }
+    }
+}
+
+impl<'r, 'a, S: System> Contender<'r, 'a, S> {
+    /// Stages a candidate for `req`.
+    ///
+    /// # Errors
+    ///
+    /// As [`stage`].
+    pub(crate) fn new(
+        sp: &'r Space<'a, S>,
+        req: &'r Request<'r>,
+        me: &'r Identity,
+    ) -> Result<Self, Error> {
         let wait = req.options.wait;
-        Contest {
+        let c = stage(sp, req, me)?;
+        Ok(Contender {
             sp,
             req,
+            me,
+            c: Some(c),
             deadline: match wait {
                 Wait::Immediately => Some(req.started),
                 Wait::Forever => None,
@@ -155,14 +164,59 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
             told: false,
             backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(100)),
             ages: Ages::default(),
+            reclaimed_from: None,
+        })
+    }
+
+    /// Marks `on_wait` as told already (by a wait before the contest).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn told(&mut self) {
+        self.told = true;
+    }
+
+    fn staged(&mut self) -> &mut Staged<S> {
+        self.c
+            .as_mut()
+            .expect("a contender holds its candidate until it wins")
+    }
+
+    /// The lock this contender won ([`Next::Won`]).
+    pub(crate) fn won(mut self) -> Held<S> {
+        let c = self
+            .c
+            .take()
+            .expect("a contender holds its candidate until it wins");
+        drop(c.last_watch);
+        Held {
+            name: self.req.name.to_owned(),
+            owner: c.owner,
+            beacon: c.dir,
+            id: c.id,
+            reclaimed_from: self.reclaimed_from.take(),
+            last_seen: c.last_seen,
         }
     }
 
-    fn cancel(&self) -> Option<&'r crate::sys::CancelHandle> {
+    /// After a [`Next::Wait`]: keeps what a wait for a holder keeps until our publish is
+    /// done, its `watch` and the directory it watched.
+    pub(crate) fn waited(&mut self, w: Waiting<S>, watch: Option<S::Watch>) {
+        if w.keep {
+            let c = self.staged();
+            c.last_watch = watch;
+            c.last_seen = Some(w.dir);
+        }
+    }
+
+    pub(crate) fn cancel(&self) -> Option<&'r crate::sys::CancelHandle> {
         self.req.options.cancel.as_ref().map(|c| &*c.0)
     }
 
-    fn cancelled(&self) -> Error {
+    /// A failed sleep's error.
+    pub(crate) fn wait_failed(&self, e: std::io::Error) -> Error {
+        self.sp.io("wait for the lock", self.req.name, e)
+    }
+
+    pub(crate) fn cancelled(&self) -> Error {
         Error::Cancelled {
             lock: self.sp.entry(self.req.name),
             resource: self.req.resource.to_owned(),
@@ -212,63 +266,57 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
 
     /// A round that did not wait (the holder vanished, a reclaim found the lock changed): a
     /// fail-fast acquisition gives up after a bound, and a run of them pauses with backoff.
-    fn idle_round(&mut self) -> Result<(), Error> {
+    fn idle_round(&mut self) -> Result<Next<S>, Error> {
         self.idle += 1;
         if self.fail_fast && self.rounds > MAX_FAIL_FAST_ROUNDS {
             return Err(self.timeout());
         }
         if self.idle >= SPIN_ROUNDS {
-            if self.req.options.inline {
-                return Err(self.timeout()); // the asynchronous caller pauses, not this thread
-            }
-            self.pause()?;
+            return Ok(self.pause());
         }
-        Ok(())
+        Ok(Next::Again)
     }
 
-    /// Sleeps one backoff pause (never past the deadline), unless cancelled.
-    fn pause(&mut self) -> Result<(), Error> {
+    /// One backoff pause, never past the deadline.
+    fn pause(&mut self) -> Next<S> {
         let pause = self.backoff.next_pause();
-        let pause = match self.left() {
+        Next::Pause(match self.left() {
             Some(l) if !self.fail_fast => l.min(pause),
             _ => pause,
-        };
-        let wake = self
-            .sp
-            .sys
-            .sleep(None, Some(pause), self.cancel())
-            .map_err(|e| self.sp.io("wait for the lock", self.req.name, e))?;
-        if wake == Wake::Cancelled {
-            return Err(self.cancelled());
-        }
-        Ok(())
+        })
     }
 
-    /// Waits until the lock may have changed (see [`wait_for_change`]), at most `also`.
+    /// A wait until the lock may have changed, at most `also`.
     fn wait(
         &mut self,
-        dir: &S::Dir,
+        dir: S::Dir,
         id: FileId,
         evidence: Evidence,
         also: Option<Duration>,
-    ) -> Result<Option<S::Watch>, Error> {
+        keep: bool,
+    ) -> Next<S> {
         self.idle = 0;
         let until = match (also, self.left()) {
             (Some(a), Some(l)) => Some(a.min(l)),
             (a, l) => a.or(l),
         };
-        wait_for_change(self, dir, id, evidence, until)
+        Next::Wait(Waiting {
+            dir,
+            id,
+            evidence,
+            until,
+            keep,
+        })
     }
 
     /// A live (or unknown) holder: give up at the deadline, else wait for it to change.
     fn wait_for_holder(
         &mut self,
-        c: &mut Staged<S>,
         dir: S::Dir,
         meta: Meta,
         owner: Owner,
         judgement: Judgement,
-    ) -> Result<(), Error> {
+    ) -> Result<Next<S>, Error> {
         if self.expired() {
             return Err(self.give_up(|| Error::Locked {
                 lock: self.sp.entry(self.req.name),
@@ -281,20 +329,17 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
         self.tell(&owner, &judgement, meta.mtime);
         // Re-check between wake-ups only the fact the judgement rests on.
         let evidence = Evidence::of(&owner, judgement.liveness);
-        c.last_watch = self.wait(&dir, meta.id, evidence, None)?;
-        c.last_seen = Some(dir);
-        Ok(())
+        Ok(self.wait(dir, meta.id, evidence, None, true))
     }
 
     /// A damaged lock that a process holds ([`Seen::InUse`]): fail fast with what is wrong,
     /// or wait for its beacon to be let go, as for a live holder.
     fn wait_while_in_use(
         &mut self,
-        c: &mut Staged<S>,
         dir: S::Dir,
         meta: Meta,
         problem: String,
-    ) -> Result<(), Error> {
+    ) -> Result<Next<S>, Error> {
         if self.expired() {
             return Err(self.give_up(|| Error::Malformed {
                 lock: self.sp.entry(self.req.name),
@@ -302,20 +347,17 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
                 problem: format!("{problem}, and a process holds a lock on it"),
             }));
         }
-        c.last_watch = self.wait(&dir, meta.id, Evidence::Beacon(None), None)?;
-        c.last_seen = Some(dir);
-        Ok(())
+        Ok(self.wait(dir, meta.id, Evidence::Beacon(None), None, true))
     }
 
     /// A dead holder: wait out the grace period (evidence only), then reclaim under the guard.
-    /// `Some(owner)` when this contender reclaimed it.
     fn reclaim_dead(
         &mut self,
         dir: S::Dir,
         meta: Meta,
         owner: Owner,
         judgement: Judgement,
-    ) -> Result<Option<Owner>, Error> {
+    ) -> Result<Next<S>, Error> {
         let grace = self.req.options.grace;
         let (age, clock_ahead) = self.ages.age(self.sp.sys, meta.id, meta.mtime);
         if judgement.liveness != Liveness::DeadByProof && age < grace {
@@ -331,8 +373,7 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
                 }));
             }
             self.tell(&owner, &judgement, meta.mtime);
-            self.wait(&dir, meta.id, Evidence::Nothing, Some(remaining))?;
-            return Ok(None);
+            return Ok(self.wait(dir, meta.id, Evidence::Nothing, Some(remaining), false));
         }
         drop(dir);
         let name = self.req.name;
@@ -343,8 +384,11 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
             grace,
             &mut self.ages,
         )? {
-            Reclaim::Done => Ok(Some(owner)),
-            Reclaim::Changed => self.idle_round().map(|()| None),
+            Reclaim::Done => {
+                self.reclaimed_from = Some(owner);
+                Ok(Next::Again)
+            }
+            Reclaim::Changed => self.idle_round(),
             Reclaim::Busy { remaining } => {
                 if self.expired() {
                     return Err(self.give_up(|| Error::Guarded {
@@ -354,26 +398,24 @@ impl<'r, 'a, S: System> Contest<'r, 'a, S> {
                         remaining,
                     }));
                 }
-                self.pause().map(|()| None)
+                Ok(self.pause())
             }
         }
     }
-}
 
-/// The contest proper: publish, and on losing, judge the holder and wait for it, reclaim from
-/// it, or give up. `Ok(Some(owner))` when the lock was reclaimed from a dead owner.
-pub(super) fn contend<S: System>(
-    sp: &Space<S>,
-    req: &Request,
-    me: &Identity,
-    c: &mut Staged<S>,
-) -> Result<Option<Owner>, Error> {
-    let mut k = Contest::new(sp, req);
-    let mut reclaimed_from = None;
-    loop {
-        if k.cancel().is_some_and(|c| c.is_fired()) {
-            return Err(k.cancelled());
+    /// One round of the contest: publish, and on losing, judge the holder and decide to wait
+    /// for it, reclaim from it, or give up.
+    ///
+    /// # Errors
+    ///
+    /// Cancelled, the deadline (as the contended error when failing fast, else a timeout), a
+    /// malformed lock, or an I/O error.
+    pub(crate) fn round(&mut self) -> Result<Next<S>, Error> {
+        if self.cancel().is_some_and(|c| c.is_fired()) {
+            return Err(self.cancelled());
         }
+        let (sp, req, me) = (self.sp, self.req, self.me);
+        let c = self.staged();
         if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
             match refresh(sp, c, me, req.options) {
                 Ok(()) => {}
@@ -382,18 +424,15 @@ pub(super) fn contend<S: System>(
             }
         }
         match publish(sp, c, req.name)? {
-            Publish::Won => return Ok(reclaimed_from),
+            Publish::Won => return Ok(Next::Won),
             Publish::Vanished => {
                 restage(sp, req, me, c)?;
-                continue;
+                return Ok(Next::Again);
             }
-            Publish::Contended => k.rounds += 1,
+            Publish::Contended => self.rounds += 1,
         }
         let (dir, meta, owner) = match sp.observe(req.name)? {
-            Seen::Gone => {
-                k.idle_round()?;
-                continue;
-            }
+            Seen::Gone => return self.idle_round(),
             Seen::Malformed(problem) => {
                 return Err(Error::Malformed {
                     lock: sp.entry(req.name),
@@ -402,81 +441,156 @@ pub(super) fn contend<S: System>(
                 })
             }
             Seen::InUse { dir, meta, problem } => {
-                k.wait_while_in_use(c, dir, meta, problem)?;
-                continue;
+                return self.wait_while_in_use(dir, meta, problem)
             }
             Seen::Owned { dir, meta, owner } => (dir, meta, owner),
         };
         let judgement = sp.judge(&dir, &owner, me);
-        k.last_owner = Some(owner.clone());
+        self.last_owner = Some(owner.clone());
         if judgement.liveness.is_dead() {
-            if let Some(dead) = k.reclaim_dead(dir, meta, owner, judgement)? {
-                reclaimed_from = Some(dead);
-            }
+            self.reclaim_dead(dir, meta, owner, judgement)
         } else {
-            k.wait_for_holder(c, dir, meta, owner, judgement)?;
+            self.wait_for_holder(dir, meta, owner, judgement)
+        }
+    }
+
+    /// [`Next::Pause`] for a blocking contender: sleeps, unless cancelled.
+    fn sleep(&self, pause: Duration) -> Result<(), Error> {
+        let wake = self
+            .sp
+            .sys
+            .sleep(None, Some(pause), self.cancel())
+            .map_err(|e| self.wait_failed(e))?;
+        if wake == Wake::Cancelled {
+            return Err(self.cancelled());
+        }
+        Ok(())
+    }
+}
+
+/// The contest for a blocking acquisition: rounds until one wins, with the thread's sleeps
+/// between them.
+pub(super) fn contend<S: System>(mut k: Contender<S>) -> Result<Held<S>, Error> {
+    loop {
+        match k.round()? {
+            Next::Won => return Ok(k.won()),
+            Next::Again => {}
+            Next::Pause(pause) => k.sleep(pause)?,
+            Next::Wait(w) => {
+                let watch = wait_for_change(&k, &w)?;
+                k.waited(w, watch);
+            }
         }
     }
 }
 
 /// Sleeps until the lock at `NAME` may have changed: released (moved away), its beacon dropped,
-/// its (beacon-less) holder exited, `until` passed, or the wait cancelled. Wake-ups that
-/// changed nothing are filtered here, with no new opens of the lock directory (an open and
-/// close by us would wake every other waiter). Returns the watch it used, for the caller to
-/// drop once its publish is done.
-fn wait_for_change<S: System>(
-    k: &Contest<S>,
-    dir: &S::Dir,
-    id: FileId,
-    evidence: Evidence,
-    until: Option<Duration>,
-) -> Result<Option<S::Watch>, Error> {
-    let (sp, name, cancel) = (k.sp, k.req.name, k.cancel());
-    if matches!(evidence, Evidence::Beacon(_)) && cancel.is_none() && until.is_none() {
+/// its (beacon-less) holder exited, `until` passed, or the wait cancelled. Returns the watch
+/// it used, for the caller to drop once its publish is done.
+fn wait_for_change<S: System>(k: &Contender<S>, w: &Waiting<S>) -> Result<Option<S::Watch>, Error> {
+    let cancel = k.cancel();
+    if matches!(w.evidence, Evidence::Beacon(_)) && cancel.is_none() && w.until.is_none() {
         // An unbounded wait on a beacon holder: sleep in the kernel's own lock handoff. The
         // holder's release unlocks the beacon explicitly (for every copy a fork made of it),
         // and its death closes it, so either wakes us.
-        match sp.sys.wait_shared(dir) {
+        match k.sp.sys.wait_shared(&w.dir) {
             Ok(()) => return Ok(None),
             Err(e) if is(&e, Errno::LockUnsupported) => {}
-            Err(e) => return Err(sp.io("wait for the lock", name, e)),
+            Err(e) => return Err(k.wait_failed(e)),
         }
     }
-    let (pid, beacon) = evidence.watched();
-    let watch = sp.sys.watch(dir, pid, beacon).unwrap_or(None);
-    let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(250));
-    let start = sp.sys.monotonic();
-    let mut spurious = 0u32;
-    // Look once more each time the watch is armed: a change before it would be missed.
-    while !changed(sp, name, dir, id, evidence) {
-        let elapsed = sp.sys.monotonic().saturating_sub(start);
-        let left = until.map(|t| t.saturating_sub(elapsed));
+    let mut p = Patience::new(k, w);
+    while let Some((watching, timeout)) = p.next(k, w) {
+        let wake =
+            k.sp.sys
+                .sleep(watching, timeout, cancel)
+                .map_err(|e| k.wait_failed(e))?;
+        if wake == Wake::Cancelled {
+            return Err(k.cancelled());
+        }
+        if !p.woke(wake) {
+            break;
+        }
+    }
+    Ok(p.into_watch())
+}
+
+/// The sleeps of a [`Next::Wait`], for the blocking and the asynchronous waiter alike: on the
+/// watch until the lock changed, with wake-ups that changed nothing filtered (with no new
+/// opens of the lock directory: an open and close by us would wake every other waiter), and
+/// backoff pauses where nothing can wake us or wake-ups keep changing nothing.
+pub(crate) struct Patience<S: System> {
+    watch: Option<S::Watch>,
+    backoff: Backoff,
+    start: Duration,
+    /// Wake-ups in a row that changed nothing.
+    spurious: u32,
+    /// Whether the last sleep was on the watch.
+    watching: bool,
+}
+
+impl<S: System> Patience<S> {
+    /// Arms the watch of `w`.
+    pub(crate) fn new(k: &Contender<S>, w: &Waiting<S>) -> Self {
+        Patience {
+            watch: w.watch(k.sp.sys),
+            backoff: Backoff::new(Duration::from_millis(5), Duration::from_millis(250)),
+            start: k.sp.sys.monotonic(),
+            spurious: 0,
+            watching: false,
+        }
+    }
+
+    /// The next sleep of the wait `w`: on the watch (`None`: a pause), for at most the
+    /// duration (`None`: until woken); `None` once the wait is over, the lock changed or
+    /// `w.until` passed. It looks at the lock each time the watch is armed: a change before
+    /// would be missed.
+    pub(crate) fn next(
+        &mut self,
+        k: &Contender<S>,
+        w: &Waiting<S>,
+    ) -> Option<(Option<&S::Watch>, Option<Duration>)> {
+        if w.changed(k.sp, k.req.name) {
+            return None;
+        }
+        let elapsed = k.sp.sys.monotonic().saturating_sub(self.start);
+        let left = w.until.map(|t| t.saturating_sub(elapsed));
         if left == Some(Duration::ZERO) {
-            break; // the caller re-judges and reports the deadline
+            return None; // the contender re-judges and reports the deadline
         }
         // Without a watch, back off. After wake-ups that changed nothing (a reader opening
         // the lock directory, a pidfd of a zombie that stays readable), pause a little before
         // watching again, so that a storm of them cannot make a waiter spin; what happens
         // meanwhile is queued and wakes the next sleep at once.
-        let (watching, timeout) = if watch.is_none() || spurious >= 3 {
-            let pause = backoff.next_pause();
-            (None, Some(left.map_or(pause, |l| l.min(pause))))
+        self.watching = self.watch.is_some() && self.spurious < 3;
+        if self.watching {
+            Some((self.watch.as_ref(), left))
         } else {
-            (watch.as_ref(), left)
-        };
-        let wake = sp
-            .sys
-            .sleep(watching, timeout, cancel)
-            .map_err(|e| sp.io("wait for the lock", name, e))?;
-        match wake {
-            Wake::Cancelled => return Err(k.cancelled()),
-            Wake::TimedOut if watching.is_some() => break,
-            Wake::TimedOut if watch.is_some() => spurious = 0, // the pause is over
-            Wake::TimedOut => {}
-            Wake::Changed => spurious += 1,
+            let pause = self.backoff.next_pause();
+            Some((None, Some(left.map_or(pause, |l| l.min(pause)))))
         }
     }
-    Ok(watch)
+
+    /// After a sleep (not cancelled) that ended with `wake`: whether the wait goes on.
+    pub(crate) fn woke(&mut self, wake: Wake) -> bool {
+        match wake {
+            Wake::TimedOut if self.watching => false, // `until` passed
+            Wake::TimedOut if self.watch.is_some() => {
+                self.spurious = 0; // the pause is over
+                true
+            }
+            Wake::TimedOut | Wake::Cancelled => true,
+            Wake::Changed => {
+                self.spurious += 1;
+                true
+            }
+        }
+    }
+
+    /// The watch, for the contender to keep until its publish is done.
+    pub(crate) fn into_watch(self) -> Option<S::Watch> {
+        self.watch
+    }
 }
 
 /// Whether the lock at `name` is no longer the directory `id` we wait on, or the `evidence`

@@ -6,16 +6,16 @@
 mod contend;
 mod stage;
 
+pub(crate) use contend::Contender;
 #[cfg(feature = "tokio")]
-pub(crate) use contend::{arm, Arm};
-pub(crate) use stage::{Held, Request};
+pub(crate) use contend::{Next, Patience};
+pub(crate) use stage::{Held, Request, MAX_RESTAGES};
 
 use crate::error::Error;
 use crate::paths::{tombstone_for, OWNER_FILE};
 use crate::space::{not_found, remove_tree, Space};
 use crate::sys::{Identity, System};
 use contend::contend;
-use stage::{stage, unstage, MAX_RESTAGES};
 use std::io;
 
 /// Acquire: stage, then publish until we win, judging (and waiting for or reclaiming from)
@@ -25,24 +25,7 @@ pub(crate) fn acquire<S: System>(
     req: &Request,
     me: &Identity,
 ) -> Result<Held<S>, Error> {
-    let mut c = stage(sp, req, me)?;
-    match contend(sp, req, me, &mut c) {
-        Ok(reclaimed_from) => {
-            drop(c.last_watch);
-            Ok(Held {
-                name: req.name.to_owned(),
-                owner: c.owner,
-                beacon: c.dir,
-                id: c.id,
-                reclaimed_from,
-                last_seen: c.last_seen,
-            })
-        }
-        Err(e) => {
-            unstage(sp, c);
-            Err(e)
-        }
-    }
+    contend(Contender::new(sp, req, me)?)
 }
 
 /// Runs `attempt` in the lock directory `open` gives (`dir` finds the handle in it), and once

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// How many times in a row an acquisition stages again after its candidate vanished (a sweep
 /// or a temp cleaner removed it) before it gives up.
-pub(super) const MAX_RESTAGES: u32 = 32;
+pub(crate) const MAX_RESTAGES: u32 = 32;
 
 /// One acquisition's fixed inputs.
 pub(crate) struct Request<'a> {

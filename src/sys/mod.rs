@@ -18,13 +18,13 @@ mod unix;
 mod windows;
 
 #[cfg(all(unix, feature = "tokio"))]
-pub(crate) use unix::sleep_async;
+pub(crate) use unix::{check_reactor, sleep_async};
 #[cfg(unix)]
 pub use unix::{CancelHandle, Real};
 #[cfg(windows)]
 pub(crate) use windows::name_on_disk;
 #[cfg(all(windows, feature = "tokio"))]
-pub(crate) use windows::sleep_async;
+pub(crate) use windows::{check_reactor, sleep_async};
 #[cfg(windows)]
 pub use windows::{CancelHandle, Real};
 

@@ -218,6 +218,99 @@ fn a_timeout_and_a_cancel_end_an_async_wait_leaving_nothing_behind() {
     assert_eq!(status.owner.map(|o| o.pid), Some(holder.pid()));
 }
 
+/// A waiting task keeps one candidate staged for its whole wait, as a blocking waiter does,
+/// and publishes that very candidate when the holder releases (a waiter that staged anew at
+/// each look would publish late, and lose nearly every race against blocking waiters).
+#[test]
+fn a_waiting_task_keeps_its_candidate_staged_and_publishes_it() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    runtime(1).block_on(async {
+        let waiter = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let staged: Vec<String> = entries(&dir)
+            .into_iter()
+            .filter(|e| e.starts_with(&format!("{LOCK}.candidate.")))
+            .collect();
+        assert_eq!(staged.len(), 1, "{:?}", entries(&dir));
+        let token = staged[0].rsplit('.').next().unwrap().to_owned();
+        std::fs::write(&until, "").unwrap();
+        let guard = within(30, waiter).await.unwrap().unwrap();
+        assert_eq!(guard.owner().token, token);
+        guard.release().unwrap();
+    });
+    holder.finish();
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+/// A task queued behind another task of its process is told who holds the lock, and its
+/// timeout names the holder, as a waiter at the head of the queue would be.
+#[test]
+fn a_task_queued_behind_another_is_told_who_holds_the_lock() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    runtime(1).block_on(async {
+        let head = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let err = locks
+            .named_lock(LOCK)
+            .wait(Duration::from_millis(300))
+            .on_wait({
+                let told = told.clone();
+                move |w| told.lock().unwrap().push(w.owner.pid)
+            })
+            .acquire_async()
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert_eq!(err.owner().map(|o| o.pid), Some(holder.pid()), "{err}");
+        assert_eq!(*told.lock().unwrap(), vec![holder.pid()]);
+        std::fs::write(&until, "").unwrap();
+        within(30, head).await.unwrap().unwrap().release().unwrap();
+    });
+    holder.finish();
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+/// A runtime that cannot serve a wait (no time; on Unix, no I/O) makes the first call panic
+/// with tokio's message, even on a free lock, rather than only once there is contention; and
+/// nothing is left behind.
+#[test]
+fn a_runtime_without_time_or_io_fails_at_the_first_call() {
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let kinds: &[(bool, bool)] = if cfg!(unix) {
+        &[(false, true), (true, false)]
+    } else {
+        &[(false, true)]
+    };
+    for &(time, io) in kinds {
+        let mut b = tokio::runtime::Builder::new_current_thread();
+        if time {
+            b.enable_time();
+        }
+        if io {
+            b.enable_io();
+        }
+        let rt = b.build().unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(locks.named_lock(LOCK).acquire_async())
+        }));
+        let msg = r.map(|_| String::new()).unwrap_err();
+        let msg = msg
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| msg.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        let want = if time { "enable_io" } else { "enable_time" };
+        assert!(msg.contains(want), "time {time}, io {io}: {msg}");
+        assert_eq!(entries(&dir), Vec::<String>::new());
+    }
+}
+
 /// Polls `fut` once with a waker that does nothing.
 fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>) -> Poll<F::Output> {
     fut.poll(&mut Context::from_waker(Waker::noop()))
@@ -295,6 +388,21 @@ fn a_task_is_refused_its_own_lock_and_the_wrong_order_while_others_wait() {
         // A blocking acquisition inside the task is the task's too.
         let err = locks.named_lock(LOCK).acquire().unwrap_err();
         assert!(matches!(err, Error::AlreadyHeld { .. }), "{err}");
+        // Futures joined in one task are that task: the second is refused, not left to wait
+        // for a guard the join keeps until both are done.
+        let (first, second) = tokio::join!(
+            async { locks.named_lock("joined.lock").acquire_async().await },
+            async {
+                locks
+                    .named_lock("joined.lock")
+                    .wait(Wait::Forever)
+                    .acquire_async()
+                    .await
+            }
+        );
+        let err = second.unwrap_err();
+        assert!(matches!(err, Error::AlreadyHeld { .. }), "{err}");
+        first.unwrap().release().unwrap();
         // Another task waits for it, and gets it once released.
         let other = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
         tokio::time::sleep(Duration::from_millis(100)).await;

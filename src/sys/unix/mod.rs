@@ -42,7 +42,7 @@ use identity::{getpid, read_identity};
 pub use platform::Watch;
 pub use wait::CancelHandle;
 #[cfg(feature = "tokio")]
-pub(crate) use wait_async::sleep_async;
+pub(crate) use wait_async::{check_reactor, sleep_async};
 
 use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::ffi::{CStr, CString};

@@ -33,7 +33,7 @@ mod wait_async;
 
 pub use wait::{CancelHandle, Watch};
 #[cfg(feature = "tokio")]
-pub(crate) use wait_async::sleep_async;
+pub(crate) use wait_async::{check_reactor, sleep_async};
 
 use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::ffi::OsString;

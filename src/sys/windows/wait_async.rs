@@ -78,6 +78,9 @@ fn register(handle: HANDLE, signal: &Arc<Signal>, slot: usize) -> io::Result<Reg
     Ok(Registration { wait, context })
 }
 
+/// Nothing to check: a wait here needs no I/O driver (the system's wait threads wake it).
+pub(crate) fn check_reactor() {}
+
 /// Sleeps until `watch` fires or `cancel` is fired (with neither, forever: the caller bounds
 /// it); a watch that cannot see its holder's end asks to be looked at again after
 /// [`RECHECK`]. Dropping the future unregisters every wait.

@@ -97,17 +97,145 @@ pub fn hold(dir: &Path) {
     guard.release().unwrap();
 }
 
-/// `--once DIR`: says `ready`, waits for the lock, takes it once, exits.
-pub fn once(dir: &Path) {
+/// `--once DIR [async]`: says `ready`, waits for the lock (blocking, or in a task), takes it
+/// once, exits.
+pub fn once(dir: &Path, asynchronous: bool) {
     let locks = Locks::in_dir(dir).unwrap();
     println!("ready");
     std::io::stdout().flush().unwrap();
-    let g = locks
-        .named_lock(LOCK)
-        .wait(Wait::Forever)
-        .acquire()
-        .unwrap();
+    let req = locks.named_lock(LOCK).wait(Wait::Forever);
+    let g = if asynchronous {
+        runtime().block_on(req.acquire_async()).unwrap()
+    } else {
+        req.acquire().unwrap()
+    };
     g.release().unwrap();
+}
+
+/// How long the contention section's two processes cycle.
+fn contention_time() -> Duration {
+    Duration::from_secs(if quick() { 1 } else { 4 })
+}
+
+/// `--contend DIR blocking|async N`: says `ready`, and at a line on stdin, N threads (or N
+/// tasks on one thread) take and release the lock for [`contention_time`]; prints how many
+/// acquisitions they made.
+pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
+    let locks = Locks::in_dir(dir).unwrap();
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    std::io::stdin().read_line(&mut String::new()).unwrap();
+    let end = Instant::now() + contention_time();
+    let count = Arc::new(AtomicUsize::new(0));
+    let left = move || end.saturating_duration_since(Instant::now());
+    if asynchronous {
+        runtime().block_on(async {
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    let (locks, count) = (locks.clone(), count.clone());
+                    tokio::spawn(async move {
+                        while left() > Duration::ZERO {
+                            let req = locks.named_lock(LOCK).wait(left());
+                            if let Ok(g) = req.acquire_async().await {
+                                g.release().unwrap();
+                                count.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..n {
+                s.spawn(|| {
+                    while left() > Duration::ZERO {
+                        if let Ok(g) = locks.named_lock(LOCK).wait(left()).acquire() {
+                            g.release().unwrap();
+                            count.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+    }
+    println!("{}", count.load(Ordering::Relaxed));
+}
+
+/// Two processes contend for one lock, each with blocking threads or tasks: how many
+/// acquisitions each makes (a waiter that publishes late would starve). A process's tasks
+/// contend as one waiter (only the head of its queue publishes), so the baseline for 20 tasks
+/// is one blocking thread.
+fn contention(root: &Path) {
+    let dir = fresh(root, "contention");
+    let _ = Locks::in_dir(&dir).unwrap();
+    let me = std::env::current_exe().unwrap();
+    println!(
+        "\n### Contention: two processes cycle for {} s (acquisitions; the second's share)\n",
+        contention_time().as_secs()
+    );
+    println!("| first | second | first's | second's | second's share |\n| --- | --- | ---: | ---: | ---: |");
+    let pairs = [
+        [("blocking", 20), ("blocking", 20)],
+        [("async", 20), ("async", 20)],
+        [("blocking", 1), ("async", 20)],
+        [("blocking", 20), ("blocking", 1)],
+        [("blocking", 20), ("async", 20)],
+    ];
+    for pair in pairs {
+        let mut children: Vec<Child> = pair
+            .iter()
+            .map(|(kind, n)| {
+                Command::new(&me)
+                    .args(["--contend".as_ref(), dir.as_os_str(), kind.as_ref()])
+                    .arg(n.to_string())
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut outs: Vec<_> = children
+            .iter_mut()
+            .map(|c| {
+                let mut out = BufReader::new(c.stdout.take().unwrap());
+                let mut line = String::new();
+                out.read_line(&mut line).unwrap();
+                assert_eq!(line.trim(), "ready");
+                out
+            })
+            .collect();
+        for c in &mut children {
+            c.stdin.take().unwrap().write_all(b"\n").unwrap();
+        }
+        let counts: Vec<f64> = outs
+            .iter_mut()
+            .map(|o| {
+                let mut line = String::new();
+                o.read_line(&mut line).unwrap();
+                line.trim().parse().unwrap()
+            })
+            .collect();
+        for mut c in children {
+            assert!(c.wait().unwrap().success());
+        }
+        let name = |(kind, n): (&str, usize)| match kind {
+            "async" => format!("{n} tasks"),
+            _ if n == 1 => "1 blocking thread".to_owned(),
+            _ => format!("{n} blocking threads"),
+        };
+        println!(
+            "| {} | {} | {:.0} | {:.0} | {:.0} % |",
+            name(pair[0]),
+            name(pair[1]),
+            counts[0],
+            counts[1],
+            100.0 * counts[1] / (counts[0] + counts[1]).max(1.0)
+        );
+    }
 }
 
 /// A lock directory's path under `root` (`Locks::in_dir` makes it, private).
@@ -282,7 +410,7 @@ fn herd(root: &Path) {
     };
     println!("\n### Herd: N waiters, each takes the lock once after another process releases it (µs per handoff; CPU per waiter)\n");
     println!(
-        "| waiters | processes | threads | tasks (one thread) |\n| ---: | ---: | ---: | ---: |"
+        "| waiters | processes | processes (async) | threads | tasks (one thread) |\n| ---: | ---: | ---: | ---: | ---: |"
     );
     let me = std::env::current_exe().unwrap();
     for &n in sizes {
@@ -295,31 +423,36 @@ fn herd(root: &Path) {
                 cpu_us / n as f64
             )
         };
-        // Processes.
-        let holder = OtherHolder::start(&dir);
-        let mut children: Vec<Child> = (0..n)
-            .map(|_| {
-                Command::new(&me)
-                    .arg("--once")
-                    .arg(&dir)
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
-        for c in &mut children {
-            let mut line = String::new();
-            BufReader::new(c.stdout.as_mut().unwrap())
-                .read_line(&mut line)
-                .unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(300)); // all asleep on the lock
-        let cpu0 = children_cpu_us();
-        let t0 = holder.release();
-        for mut c in children {
-            assert!(c.wait().unwrap().success());
-        }
-        let processes = cell(t0.elapsed(), children_cpu_us() - cpu0);
+        // Processes, blocking and asynchronous.
+        let in_processes = |kind: &str| {
+            let holder = OtherHolder::start(&dir);
+            let mut children: Vec<Child> = (0..n)
+                .map(|_| {
+                    Command::new(&me)
+                        .arg("--once")
+                        .arg(&dir)
+                        .arg(kind)
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect();
+            for c in &mut children {
+                let mut line = String::new();
+                BufReader::new(c.stdout.as_mut().unwrap())
+                    .read_line(&mut line)
+                    .unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(300)); // all asleep on the lock
+            let cpu0 = children_cpu_us();
+            let t0 = holder.release();
+            for mut c in children {
+                assert!(c.wait().unwrap().success());
+            }
+            cell(t0.elapsed(), children_cpu_us() - cpu0)
+        };
+        let processes = in_processes("blocking");
+        let async_processes = in_processes("async");
         // Threads.
         let holder = OtherHolder::start(&dir);
         let waiters: Vec<_> = (0..n)
@@ -368,7 +501,7 @@ fn herd(root: &Path) {
             }
             cell(t0.elapsed(), process_cpu_us() - cpu0)
         });
-        println!("| {n} | {processes} | {threads} | {tasks} |");
+        println!("| {n} | {processes} | {async_processes} | {threads} | {tasks} |");
     }
 }
 
@@ -381,5 +514,8 @@ pub fn run(want: &dyn Fn(&str) -> bool) {
     }
     if want("herd") {
         herd(root.path());
+    }
+    if want("contention") {
+        contention(root.path());
     }
 }

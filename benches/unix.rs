@@ -535,7 +535,18 @@ pub fn main() {
         return;
     }
     if args.get(1).map(String::as_str) == Some("--once") {
-        super::tasks::once(Path::new(&args[2]));
+        super::tasks::once(
+            Path::new(&args[2]),
+            args.get(3).is_some_and(|a| a == "async"),
+        );
+        return;
+    }
+    if args.get(1).map(String::as_str) == Some("--contend") {
+        super::tasks::contend(
+            Path::new(&args[2]),
+            args[3] == "async",
+            args[4].parse().unwrap(),
+        );
         return;
     }
     if args.get(1).map(String::as_str) == Some("--cycles") {

@@ -27,33 +27,41 @@ use crate::held::Who;
 use crate::locks::Locks;
 use crate::options::{Wait, Waiting};
 use crate::protocol::{Contender, Held, Next, Patience, Request, MAX_RESTAGES};
+use crate::queue::{queue, Place};
 use crate::request::{LockRequest, Resolved};
 use crate::space::{not_found, Seen, Space};
 use crate::sys::{Clock, FileId, Identity, Real, System, Wake};
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Mutex;
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Each lock's queue of this process's tasks, by lock directory and name (entries whose queue
-/// is gone are pruned as new ones come).
-type Queues = HashMap<(FileId, String), Weak<Semaphore>>;
-static QUEUES: Mutex<Option<Queues>> = Mutex::new(None);
-
-/// The queue of this process's tasks for lock `name` in the lock directory `dir`.
-fn queue(dir: FileId, name: &str) -> Arc<Semaphore> {
-    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
-    let queues = queues.get_or_insert_with(HashMap::new);
-    let key = (dir, name.to_owned());
-    if let Some(q) = queues.get(&key).and_then(Weak::upgrade) {
-        return q;
+/// `fut`, or `None` once `t` has passed. Time is the real clock's, as the lock's other
+/// times are (a holder's age, a grace period): on a runtime whose clock is paused (tokio's
+/// `test-util`), whose timers fire at once, the rest is slept on the blocking pool in steps,
+/// rather than spinning.
+async fn within<T>(t: Duration, fut: impl Future<Output = T>) -> Option<T> {
+    let end = std::time::Instant::now().checked_add(t);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+        if left == Some(Duration::ZERO) {
+            return None;
+        }
+        match tokio::time::timeout(left.unwrap_or(Duration::MAX), fut.as_mut()).await {
+            Ok(v) => return Some(v),
+            Err(_) => {
+                let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
+                if left.is_some_and(|l| l < Duration::from_millis(2)) {
+                    return None; // the timer's rounding
+                }
+                let step = left
+                    .unwrap_or(Duration::MAX)
+                    .min(Duration::from_millis(100));
+                let _ = tokio::task::spawn_blocking(move || std::thread::sleep(step)).await;
+            }
+        }
     }
-    queues.retain(|_, q| q.strong_count() > 0);
-    let q = Arc::new(Semaphore::new(1));
-    queues.insert(key, Arc::downgrade(&q));
-    q
 }
 
 /// Which of two futures finished first.
@@ -108,16 +116,24 @@ fn check_runtime() -> Result<(), Error> {
     Ok(())
 }
 
-/// Sleeps `pause` (`None`: forever), or less if `cancel` fires: whether it was cancelled.
-async fn pause(pause: Option<Duration>, cancel: Option<&crate::sys::CancelHandle>) -> bool {
-    let sleep = crate::sys::sleep_async(None, cancel);
-    let wake = match pause {
-        Some(p) => tokio::time::timeout(p, sleep)
-            .await
-            .unwrap_or(Ok(Wake::TimedOut)),
-        None => sleep.await,
+/// Returns once `cancel` fires (never without one).
+async fn cancelled(cancel: Option<&crate::sys::CancelHandle>) {
+    let Some(c) = cancel else {
+        return std::future::pending().await;
     };
-    matches!(wake, Ok(Wake::Cancelled))
+    loop {
+        let notified = c.notify().notified();
+        if c.is_fired() {
+            return;
+        }
+        notified.await;
+    }
+}
+
+/// Sleeps `pause`, or less if `cancel` fires: whether it was cancelled.
+async fn pause(pause: Duration, cancel: Option<&crate::sys::CancelHandle>) -> bool {
+    let sleep = within(pause, std::future::pending::<()>());
+    matches!(first(sleep, cancelled(cancel)).await, Either::B(()))
 }
 
 impl LockRequest {
@@ -126,8 +142,12 @@ impl LockRequest {
     /// runtime's reactor, woken by the kernel as a blocking wait is. The refusals are per
     /// task: a task that holds a lock and asks for it again is refused
     /// ([`Error::AlreadyHeld`]), while other tasks of the process wait for it like other
-    /// processes. Futures joined in one task (`join!`, `select!`) are that task: to have them
-    /// wait for each other, spawn them as tasks.
+    /// processes. Futures joined in one task (`join!`, `select!`) are that task: one that asks
+    /// for a lock another of them holds or waits for is refused ([`Error::AlreadyHeld`]); to
+    /// have them wait for each other, spawn them as tasks.
+    ///
+    /// Timeouts and grace periods follow the real clock, also on a runtime whose clock is
+    /// paused (tokio's `test-util`).
     ///
     /// The tasks of this process waiting for the same lock are served in the order they
     /// asked; see the [module docs](crate#asynchronous-acquisition).
@@ -171,7 +191,10 @@ impl LockRequest {
         let mut told = false;
         let turn = match self.options.wait {
             Wait::Immediately => None,
-            _ => Some(self.queue(&dir, dir_id, &t, started, &mut told).await?),
+            _ => Some(
+                self.queue(&dir, dir_id, &t, who, started, &mut told)
+                    .await?,
+            ),
         };
         let me = Real.identity();
         let mut left = MAX_RESTAGES;
@@ -201,18 +224,27 @@ impl LockRequest {
 
     /// Waits for this task's turn among the process's tasks that want the lock `t` (in the
     /// lock directory `dir`), until the deadline or a cancel. A task that has to queue is told
-    /// (`on_wait`) who holds the lock, and a timeout names it.
+    /// (`on_wait`) who holds the lock, and a timeout names it. A task already in the queue (a
+    /// future it joined waits for the lock, or holds it) is refused: it would wait for itself.
     async fn queue(
         &self,
         dir: &<Real as System>::Dir,
         dir_id: FileId,
         t: &Resolved,
+        who: Who,
         started: Duration,
         told: &mut bool,
-    ) -> Result<OwnedSemaphorePermit, Error> {
-        let queue = queue(dir_id, &t.name);
-        if let Ok(turn) = queue.clone().try_acquire_owned() {
-            return Ok(turn);
+    ) -> Result<Place, Error> {
+        let Some(mut place) = Place::join(queue(dir_id, &t.name), who) else {
+            return Err(Error::AlreadyHeld {
+                lock: t.path.clone(),
+                resource: t.resource.clone(),
+            });
+        };
+        let turns = place.queue.turns.clone();
+        if let Ok(turn) = turns.clone().try_acquire_owned() {
+            place.turn = Some(turn);
+            return Ok(place);
         }
         let sp = self.dir.space(dir);
         let holder = || match sp.observe(&t.name) {
@@ -222,35 +254,39 @@ impl LockRequest {
             }
             _ => None,
         };
-        if let (Some(f), Some((owner, judgement, since))) = (&self.options.on_wait, holder()) {
-            *told = true;
-            f(&Waiting {
-                lock: t.path.clone(),
-                owner,
-                judgement,
-                since,
-            });
+        if let Some(f) = &self.options.on_wait {
+            if let Some((owner, judgement, since)) = holder() {
+                *told = true;
+                f(&Waiting {
+                    lock: t.path.clone(),
+                    owner,
+                    judgement,
+                    since,
+                });
+            }
         }
         let cancel = self.options.cancel.as_ref().map(|c| &*c.0);
-        let left = match self.options.wait {
-            Wait::Timeout(d) => Some(d.saturating_sub(Real.monotonic().saturating_sub(started))),
-            _ => None,
-        };
         let wait = async {
-            match left {
-                Some(l) => tokio::time::timeout(l, queue.acquire_owned()).await.ok(),
-                None => Some(queue.acquire_owned().await),
+            match self.options.wait {
+                Wait::Timeout(d) => {
+                    let left = d.saturating_sub(Real.monotonic().saturating_sub(started));
+                    within(left, turns.acquire_owned()).await
+                }
+                _ => Some(turns.acquire_owned().await),
             }
         };
-        match first(wait, pause(None, cancel)).await {
-            Either::A(Some(turn)) => Ok(turn.expect("a lock's queue is never closed")),
+        match first(wait, cancelled(cancel)).await {
+            Either::A(Some(turn)) => {
+                place.turn = Some(turn.expect("a lock's queue is never closed"));
+                Ok(place)
+            }
             Either::A(None) => Err(Error::Timeout {
                 lock: t.path.clone(),
                 resource: t.resource.clone(),
                 waited: Real.monotonic().saturating_sub(started),
                 owner: holder().map(|(owner, ..)| Box::new(owner)),
             }),
-            Either::B(_) => Err(Error::Cancelled {
+            Either::B(()) => Err(Error::Cancelled {
                 lock: t.path.clone(),
                 resource: t.resource.clone(),
             }),
@@ -316,7 +352,7 @@ async fn contend(
             Next::Won => return Ok(k.won()),
             Next::Again => {}
             Next::Pause(p) => {
-                if pause(Some(p), cancel).await {
+                if pause(p, cancel).await {
                     return Err(k.cancelled());
                 }
             }
@@ -325,9 +361,7 @@ async fn contend(
                 while let Some((watching, timeout)) = p.next(&k, &w) {
                     let sleep = crate::sys::sleep_async(watching, cancel);
                     let wake = match timeout {
-                        Some(t) => tokio::time::timeout(t, sleep)
-                            .await
-                            .unwrap_or(Ok(Wake::TimedOut)),
+                        Some(t) => within(t, sleep).await.unwrap_or(Ok(Wake::TimedOut)),
                         None => sleep.await,
                     }
                     .map_err(|e| k.wait_failed(e))?;

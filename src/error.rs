@@ -83,9 +83,10 @@ pub enum Error {
         /// What is wrong with it.
         problem: String,
     },
-    /// This thread already holds the lock: waiting for it would wait forever.
+    /// This thread (or task) already holds the lock, or, for a task, already waits for it in
+    /// another future it joined: waiting would wait forever.
     #[error(
-        "{} is already held by this thread; release the guard you have before taking it again",
+        "{} is already held (or waited for) by this thread or task; release the guard you have before taking it again, or wait for it in a task of its own",
         subject(lock, resource)
     )]
     AlreadyHeld {

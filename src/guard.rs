@@ -30,7 +30,7 @@ pub struct LockGuard {
     /// An asynchronous acquisition's place at the head of this process's queue of tasks for
     /// the lock: let go (to the next task) once the lock is released, when the guard goes.
     #[cfg(feature = "tokio")]
-    pub(crate) turn: Option<tokio::sync::OwnedSemaphorePermit>,
+    pub(crate) turn: Option<crate::queue::Place>,
 }
 
 impl LockGuard {

@@ -232,6 +232,8 @@ mod options;
 mod owner;
 pub mod paths;
 mod protocol;
+#[cfg(feature = "tokio")]
+mod queue;
 mod reclaim;
 mod request;
 #[cfg(any(test, feature = "sim"))]

@@ -126,9 +126,9 @@ pub(crate) struct Contender<'r, 'a, S: System> {
 
 impl<S: System> Drop for Contender<'_, '_, S> {
     fn drop(&mut self) {
-        // Not while unwinding (a panicking `on_wait`; a crash, in the simulation): the
-        // candidate is then left as a crash leaves it, for a sweep to remove.
-        if let (Some(c), false) = (self.c.take(), std::thread::panicking()) {
+        // Also while a panic unwinds (in `on_wait`, or past a dropped future), but not in a
+        // simulated crash: nothing is done for a crashed process.
+        if let (Some(c), false) = (self.c.take(), self.sp.sys.crashed()) {
             unstage(self.sp, c);
         }
     }

@@ -121,6 +121,10 @@ impl System for SimSys {
         self.world.lock().procs[self.slot].pid
     }
 
+    fn crashed(&self) -> bool {
+        self.world.lock().procs[self.slot].crashed
+    }
+
     fn own_token(&self, token: &str, own: bool) {
         let mut st = self.world.lock();
         if own {

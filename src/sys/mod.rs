@@ -168,6 +168,11 @@ pub trait System: Clock {
     fn identity(&self) -> Identity;
     /// The current process id (changes in a forked child).
     fn pid(&self) -> u32;
+    /// Whether this process has crashed and is unwinding (the simulation's crash): nothing
+    /// may then be done on its behalf, as nothing is after a real crash. Never, for real.
+    fn crashed(&self) -> bool {
+        false
+    }
     /// Records that this process wrote `token` into a candidate (`true`, when it stages one)
     /// or is done with it (`false`: the candidate was removed, or the lock retired or lost).
     fn own_token(&self, token: &str, own: bool);

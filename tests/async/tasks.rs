@@ -311,6 +311,148 @@ fn a_runtime_without_time_or_io_fails_at_the_first_call() {
     }
 }
 
+/// Futures joined in one task are that task also when the lock is held elsewhere: the
+/// second is refused as soon as it would queue behind the first, instead of waiting for a
+/// guard the join keeps until both are done.
+#[test]
+fn a_second_future_joined_in_a_task_is_refused_while_the_first_waits() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    runtime(1).block_on(async {
+        let wanted = || locks.named_lock(LOCK).wait(Wait::Forever).acquire_async();
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            std::fs::write(&until, "").unwrap();
+        };
+        let (first, second, ()) =
+            within(30, async { tokio::join!(wanted(), wanted(), release) }).await;
+        let err = second.unwrap_err();
+        assert!(matches!(err, Error::AlreadyHeld { .. }), "{err}");
+        first.unwrap().release().unwrap();
+    });
+    holder.finish();
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+/// A panic that unwinds past a waiting acquisition (a `select!` whose other branch panics; a
+/// panicking `on_wait` of a blocking one) still removes its candidate.
+#[test]
+fn a_panic_past_a_waiting_acquisition_leaves_no_candidate() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime(1).block_on(async {
+            let waiting = locks.named_lock(LOCK).wait(Wait::Forever).acquire_async();
+            tokio::select! {
+                _ = waiting => {}
+                () = async {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    panic!("elsewhere in the task");
+                } => {}
+            }
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(entries(&dir), vec![LOCK.to_owned()]);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        locks
+            .named_lock(LOCK)
+            .wait(Wait::Forever)
+            .on_wait(|_| panic!("in on_wait"))
+            .acquire()
+    }));
+    assert!(r.is_err());
+    assert_eq!(entries(&dir), vec![LOCK.to_owned()]);
+    std::fs::write(&until, "").unwrap();
+    holder.finish();
+}
+
+/// On a runtime whose clock is paused (tokio's `test-util`), whose timers fire at once, a wait
+/// still lasts its real time, and sleeps rather than spinning through it.
+#[test]
+fn a_paused_runtime_clock_neither_shortens_a_wait_nor_makes_it_spin() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let cpu = thread_cpu_ticks();
+    let started = std::time::Instant::now();
+    let err = rt
+        .block_on(
+            locks
+                .named_lock(LOCK)
+                .wait(Duration::from_millis(500))
+                .acquire_async(),
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    if let (Some(before), Some(after)) = (cpu, thread_cpu_ticks()) {
+        assert!(
+            after - before < 20,
+            "the waiter used {} CPU ticks",
+            after - before
+        );
+    }
+    std::fs::write(&until, "").unwrap();
+    holder.finish();
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+/// This thread's CPU time in clock ticks (Linux), for a check that a wait does not spin.
+fn thread_cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Tasks queued with a cancel hold no descriptor each (a queue of thousands must not run
+/// the process out of them, and an error registering one is never reported as a cancel).
+#[cfg(target_os = "linux")]
+#[test]
+fn queued_tasks_with_a_cancel_hold_no_descriptor_each() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let open = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    runtime(1).block_on(async {
+        let cancel = Cancel::new().unwrap();
+        let spawn = |n: usize| -> Vec<_> {
+            (0..n)
+                .map(|_| {
+                    let req = locks.named_lock(LOCK).wait(Wait::Forever).cancel(&cancel);
+                    tokio::spawn(req.acquire_async())
+                })
+                .collect()
+        };
+        let head = spawn(1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let before = open();
+        let queued = spawn(200);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let grew = open().saturating_sub(before);
+        assert!(grew < 20, "200 queued tasks opened {grew} descriptors");
+        cancel.cancel();
+        for t in head.into_iter().chain(queued) {
+            let err = within(30, t).await.unwrap().unwrap_err();
+            assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+        }
+    });
+    std::fs::write(&until, "").unwrap();
+    holder.finish();
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
 /// Polls `fut` once with a waker that does nothing.
 fn poll_once<F: Future + ?Sized>(fut: Pin<&mut F>) -> Poll<F::Output> {
     fut.poll(&mut Context::from_waker(Waker::noop()))

@@ -18,6 +18,10 @@ pub struct CancelHandle {
     #[cfg(not(target_os = "linux"))]
     write: OwnedFd,
     fired: AtomicBool,
+    /// Wakes asynchronous waiters that wait for the cancel alone (a task queued behind
+    /// another), without a descriptor each.
+    #[cfg(feature = "tokio")]
+    notify: tokio::sync::Notify,
 }
 
 impl CancelHandle {
@@ -30,6 +34,8 @@ impl CancelHandle {
             Ok(Arc::new(CancelHandle {
                 read: owned(fd),
                 fired: AtomicBool::new(false),
+                #[cfg(feature = "tokio")]
+                notify: tokio::sync::Notify::new(),
             }))
         }
         #[cfg(not(target_os = "linux"))]
@@ -46,6 +52,8 @@ impl CancelHandle {
                 read,
                 write,
                 fired: AtomicBool::new(false),
+                #[cfg(feature = "tokio")]
+                notify: tokio::sync::Notify::new(),
             }))
         }
     }
@@ -55,6 +63,8 @@ impl CancelHandle {
         if self.fired.swap(true, Ordering::SeqCst) {
             return;
         }
+        #[cfg(feature = "tokio")]
+        self.notify.notify_waiters();
         let one: u64 = 1;
         #[cfg(target_os = "linux")]
         let fd = self.read.as_raw_fd();
@@ -68,6 +78,13 @@ impl CancelHandle {
     /// Whether the handle has fired.
     pub fn is_fired(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
+    }
+
+    /// Notified when the handle fires (a `Notified` made before [`CancelHandle::is_fired`]
+    /// is checked sees a fire after it).
+    #[cfg(feature = "tokio")]
+    pub fn notify(&self) -> &tokio::sync::Notify {
+        &self.notify
     }
 }
 

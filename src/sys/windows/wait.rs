@@ -27,6 +27,10 @@ use windows_sys::Win32::System::Threading::{
 pub struct CancelHandle {
     pub(super) event: Handle,
     fired: AtomicBool,
+    /// Wakes asynchronous waiters that wait for the cancel alone (a task queued behind
+    /// another), without a registered wait each.
+    #[cfg(feature = "tokio")]
+    notify: tokio::sync::Notify,
 }
 
 impl CancelHandle {
@@ -40,12 +44,16 @@ impl CancelHandle {
         Ok(Arc::new(CancelHandle {
             event: owned(event),
             fired: AtomicBool::new(false),
+            #[cfg(feature = "tokio")]
+            notify: tokio::sync::Notify::new(),
         }))
     }
 
     /// Fires the handle, waking every sleeper waiting on it.
     pub fn fire(&self) {
         if !self.fired.swap(true, Ordering::SeqCst) {
+            #[cfg(feature = "tokio")]
+            self.notify.notify_waiters();
             // SAFETY: the event is open; a failure would only lose a wake-up that `fired`
             // still records.
             unsafe { SetEvent(self.event.0) };
@@ -55,6 +63,13 @@ impl CancelHandle {
     /// Whether the handle has fired.
     pub fn is_fired(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
+    }
+
+    /// Notified when the handle fires (a `Notified` made before [`CancelHandle::is_fired`]
+    /// is checked sees a fire after it).
+    #[cfg(feature = "tokio")]
+    pub fn notify(&self) -> &tokio::sync::Notify {
+        &self.notify
     }
 }
 

@@ -1,0 +1,79 @@
+//! The queue of one process's tasks for one lock (feature `tokio`): first come, first served,
+//! so that only the task at the head contends with other processes; see
+//! [`crate::asynchronous`].
+
+use crate::held::Who;
+use crate::sys::{FileId, Real, System};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// One lock's queue of this process's tasks: one turn, and who is in the queue (waiting or
+/// holding the turn), so that a task is never queued behind itself.
+pub(crate) struct Queue {
+    pub(crate) turns: Arc<Semaphore>,
+    members: Mutex<Vec<Who>>,
+}
+
+/// Each lock's queue of this process's tasks, by lock directory and name (entries whose queue
+/// is gone are pruned as new ones come), with the pid they were made in: a forked child
+/// starts with no queues (its parent's turns are not its own).
+type Queues = HashMap<(FileId, String), Weak<Queue>>;
+static QUEUES: Mutex<Option<(u32, Queues)>> = Mutex::new(None);
+
+/// The queue of this process's tasks for lock `name` in the lock directory `dir`.
+pub(crate) fn queue(dir: FileId, name: &str) -> Arc<Queue> {
+    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = Real.pid();
+    if queues.as_ref().is_none_or(|(p, _)| *p != pid) {
+        *queues = Some((pid, HashMap::new()));
+    }
+    let (_, queues) = queues.as_mut().expect("just made");
+    let key = (dir, name.to_owned());
+    if let Some(q) = queues.get(&key).and_then(Weak::upgrade) {
+        return q;
+    }
+    queues.retain(|_, q| q.strong_count() > 0);
+    let q = Arc::new(Queue {
+        turns: Arc::new(Semaphore::new(1)),
+        members: Mutex::new(Vec::new()),
+    });
+    queues.insert(key, Arc::downgrade(&q));
+    q
+}
+
+/// A task's place in a lock's queue, from when it joins until it leaves it (kept in the guard
+/// while the task holds the lock): its membership, and its turn once it has it.
+pub(crate) struct Place {
+    pub(crate) queue: Arc<Queue>,
+    who: Who,
+    pub(crate) turn: Option<OwnedSemaphorePermit>,
+}
+
+impl Place {
+    /// Joins `queue` as `who`, unless `who` is in it already (waiting for the lock in another
+    /// future it joined, or holding it).
+    pub(crate) fn join(queue: Arc<Queue>, who: Who) -> Option<Place> {
+        let mut members = queue.members.lock().unwrap_or_else(|e| e.into_inner());
+        if members.contains(&who) {
+            return None;
+        }
+        members.push(who);
+        drop(members);
+        Some(Place {
+            queue,
+            who,
+            turn: None,
+        })
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        drop(self.turn.take());
+        let mut members = self.queue.members.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = members.iter().position(|w| *w == self.who) {
+            members.swap_remove(i);
+        }
+    }
+}

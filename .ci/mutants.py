@@ -364,16 +364,25 @@ MUTANTS = [
      '        if false && members.contains(&who) {',
      'async', 'tasks::a_second_future_joined_in_a_task_is_refused_while_the_first_waits'),
     ('async-waits-by-the-runtime-clock', 'src/asynchronous.rs',
-     """                let step = left
-                    .unwrap_or(Duration::MAX)
-                    .min(Duration::from_millis(100));
-                let _ = tokio::task::spawn_blocking(move || std::thread::sleep(step)).await;""",
+     """                let step = tokio::task::spawn_blocking(move || std::thread::sleep(step));
+                // Still watching `fut` meanwhile.
+                if let Either::A(v) = first(fut.as_mut(), step).await {
+                    return Some(v);
+                }""",
      """                return None;""",
      'async', 'tasks::a_paused_runtime_clock_neither_shortens_a_wait_nor_makes_it_spin'),
     ('async-queued-cancel-by-descriptor', 'src/asynchronous.rs',
      '        match first(wait, cancelled(cancel)).await {',
      '        match first(wait, async { let _ = crate::sys::sleep_async(None, cancel).await; }).await {',
      'async', 'tasks::queued_tasks_with_a_cancel_hold_no_descriptor_each'),
+    ('async-fail-fast-past-a-queued-future', 'src/asynchronous.rs',
+     'Wait::Immediately if queue(dir_id, &t.name).has(who) => {',
+     'Wait::Immediately if false && queue(dir_id, &t.name).has(who) => {',
+     'async', 'tasks::a_second_future_joined_in_a_task_is_refused_while_the_first_waits'),
+    ('forked-child-inherits-task-queues', 'src/queue.rs',
+     'if queues.as_ref().is_none_or(|(p, _)| *p != pid) {',
+     'if queues.is_none() {',
+     'fork-tokio', 'forked_children_and_execd_programs_do_not_own_the_lock'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',
@@ -446,6 +455,7 @@ def main():
                       "async": ["-p", "dirlock", "--features", "tokio", "--test", "async"],
                       "cli-portable": ["-p", "dirlock-cli", "--test", "portable"],
                       "it-tokio": ["-p", "dirlock", "--features", "tokio", "--test", "it"],
+                      "fork-tokio": ["-p", "dirlock", "--features", "tokio", "--test", "fork"],
                       "win-lib": ["-p", "dirlock", "--lib"],
                       "win-portable": ["-p", "dirlock", "--test", "portable"],
                       "win-cli-portable": ["-p", "dirlock-cli", "--test", "portable"]}.get(

@@ -48,7 +48,12 @@ async fn within<T>(t: Duration, fut: impl Future<Output = T>) -> Option<T> {
         if left == Some(Duration::ZERO) {
             return None;
         }
-        match tokio::time::timeout(left.unwrap_or(Duration::MAX), fut.as_mut()).await {
+        // At most a day per timer: a far deadline would have a paused clock's wheel turn
+        // through it.
+        let timer = left
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_secs(86_400));
+        match tokio::time::timeout(timer, fut.as_mut()).await {
             Ok(v) => return Some(v),
             Err(_) => {
                 let left = end.map(|e| e.saturating_duration_since(std::time::Instant::now()));
@@ -58,7 +63,11 @@ async fn within<T>(t: Duration, fut: impl Future<Output = T>) -> Option<T> {
                 let step = left
                     .unwrap_or(Duration::MAX)
                     .min(Duration::from_millis(100));
-                let _ = tokio::task::spawn_blocking(move || std::thread::sleep(step)).await;
+                let step = tokio::task::spawn_blocking(move || std::thread::sleep(step));
+                // Still watching `fut` meanwhile.
+                if let Either::A(v) = first(fut.as_mut(), step).await {
+                    return Some(v);
+                }
             }
         }
     }
@@ -190,6 +199,14 @@ impl LockRequest {
         self.refusals(&dir, dir_id, &t, who)?;
         let mut told = false;
         let turn = match self.options.wait {
+            // Not queued, but never past a future of this task that is (it would wait for
+            // us).
+            Wait::Immediately if queue(dir_id, &t.name).has(who) => {
+                return Err(Error::AlreadyHeld {
+                    lock: t.path.clone(),
+                    resource: t.resource.clone(),
+                })
+            }
             Wait::Immediately => None,
             _ => Some(
                 self.queue(&dir, dir_id, &t, who, started, &mut told)

@@ -50,9 +50,19 @@ pub(crate) struct Place {
     pub(crate) turn: Option<OwnedSemaphorePermit>,
 }
 
+impl Queue {
+    /// Whether `who` is in the queue (waiting for the lock in a future it joined, or holding
+    /// it).
+    pub(crate) fn has(&self, who: Who) -> bool {
+        self.members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&who)
+    }
+}
+
 impl Place {
-    /// Joins `queue` as `who`, unless `who` is in it already (waiting for the lock in another
-    /// future it joined, or holding it).
+    /// Joins `queue` as `who`, unless `who` is in it already (see [`Queue::has`]).
     pub(crate) fn join(queue: Arc<Queue>, who: Who) -> Option<Place> {
         let mut members = queue.members.lock().unwrap_or_else(|e| e.into_inner());
         if members.contains(&who) {
@@ -70,10 +80,12 @@ impl Place {
 
 impl Drop for Place {
     fn drop(&mut self) {
-        drop(self.turn.take());
+        // Out of the queue before the turn passes on: whoever gets it next finds us gone.
         let mut members = self.queue.members.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = members.iter().position(|w| *w == self.who) {
             members.swap_remove(i);
         }
+        drop(members);
+        drop(self.turn.take());
     }
 }

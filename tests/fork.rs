@@ -125,6 +125,34 @@ fn forked_children_and_execd_programs_do_not_own_the_lock() {
         );
         acquired.release().unwrap();
     }
+
+    // 4. A forked child starts with no task queues: its parent's asynchronous guard (kept by
+    // this thread, which the child's main thread is a copy of) is another process's lock.
+    #[cfg(feature = "tokio")]
+    {
+        let rt = || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        // Waiting (not failing fast), so that it holds its place in the queue.
+        let wait = locks.named_lock("q.lock").wait(Wait::Forever);
+        let g = rt().block_on(wait.acquire_async()).unwrap();
+        let code = in_fork(|| {
+            let wait = locks.named_lock("q.lock").wait(Duration::from_millis(300));
+            match rt().block_on(wait.acquire_async()) {
+                Err(Error::Timeout { .. }) => 0,
+                Err(Error::AlreadyHeld { .. }) => 1,
+                _ => 2,
+            }
+        });
+        assert_eq!(
+            code, 0,
+            "the child waits for its parent's lock as for another process's"
+        );
+        g.release().unwrap();
+    }
 }
 
 /// The forked child's view of the parent's guard: a bitwise copy, as fork made of the whole

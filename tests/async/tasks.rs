@@ -325,10 +325,22 @@ fn a_second_future_joined_in_a_task_is_refused_while_the_first_waits() {
             tokio::time::sleep(Duration::from_millis(200)).await;
             std::fs::write(&until, "").unwrap();
         };
-        let (first, second, ()) =
-            within(30, async { tokio::join!(wanted(), wanted(), release) }).await;
-        let err = second.unwrap_err();
-        assert!(matches!(err, Error::AlreadyHeld { .. }), "{err}");
+        // A second future that would wait, and one that would fail fast: both are refused.
+        let at_once = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            locks
+                .named_lock(LOCK)
+                .wait(Wait::Immediately)
+                .acquire_async()
+                .await
+        };
+        let (first, second, third, ()) = within(30, async {
+            tokio::join!(wanted(), wanted(), at_once, release)
+        })
+        .await;
+        for err in [second.unwrap_err(), third.unwrap_err()] {
+            assert!(matches!(err, Error::AlreadyHeld { .. }), "{err}");
+        }
         first.unwrap().release().unwrap();
     });
     holder.finish();

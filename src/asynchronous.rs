@@ -27,13 +27,13 @@ use crate::held::Who;
 use crate::locks::Locks;
 use crate::options::{Wait, Waiting};
 use crate::protocol::{Contender, Held, Next, Patience, Request, MAX_RESTAGES};
-use crate::queue::{queue, Place};
+use crate::queue::{queue, Place, Queue};
 use crate::request::{LockRequest, Resolved};
 use crate::space::{not_found, Seen, Space};
-use crate::sys::{Clock, FileId, Identity, Real, System, Wake};
+use crate::sys::{Clock, Identity, Real, System, Wake};
 use std::future::Future;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// `fut`, or `None` once `t` has passed. Time is the real clock's, as the lock's other
@@ -197,21 +197,19 @@ impl LockRequest {
         let (dir, dir_id) = self.dir.current()?;
         // Before queueing: a task that holds the lock would wait behind itself.
         self.refusals(&dir, dir_id, &t, who)?;
+        // Nor behind (or, failing fast, past) a future of this task that is in the lock's queue,
+        // waiting or holding: it would wait for us, or we for it.
+        let queue = queue(dir_id, &t.name);
+        if queue.has(who) {
+            return Err(Error::AlreadyHeld {
+                lock: t.path.clone(),
+                resource: t.resource.clone(),
+            });
+        }
         let mut told = false;
         let turn = match self.options.wait {
-            // Not queued, but never past a future of this task that is (it would wait for
-            // us).
-            Wait::Immediately if queue(dir_id, &t.name).has(who) => {
-                return Err(Error::AlreadyHeld {
-                    lock: t.path.clone(),
-                    resource: t.resource.clone(),
-                })
-            }
             Wait::Immediately => None,
-            _ => Some(
-                self.queue(&dir, dir_id, &t, who, started, &mut told)
-                    .await?,
-            ),
+            _ => Some(self.queue(queue, who, &dir, &t, started, &mut told).await?),
         };
         let me = Real.identity();
         let mut left = MAX_RESTAGES;
@@ -239,25 +237,19 @@ impl LockRequest {
         }
     }
 
-    /// Waits for this task's turn among the process's tasks that want the lock `t` (in the
-    /// lock directory `dir`), until the deadline or a cancel. A task that has to queue is told
-    /// (`on_wait`) who holds the lock, and a timeout names it. A task already in the queue (a
-    /// future it joined waits for the lock, or holds it) is refused: it would wait for itself.
+    /// Waits for the turn of `who` (not in it yet) in `queue`, the process's tasks that want
+    /// the lock `t` (in the lock directory `dir`), until the deadline or a cancel. A task that has to queue is
+    /// told (`on_wait`) who holds the lock, and a timeout names it.
     async fn queue(
         &self,
-        dir: &<Real as System>::Dir,
-        dir_id: FileId,
-        t: &Resolved,
+        queue: Arc<Queue>,
         who: Who,
+        dir: &<Real as System>::Dir,
+        t: &Resolved,
         started: Duration,
         told: &mut bool,
     ) -> Result<Place, Error> {
-        let Some(mut place) = Place::join(queue(dir_id, &t.name), who) else {
-            return Err(Error::AlreadyHeld {
-                lock: t.path.clone(),
-                resource: t.resource.clone(),
-            });
-        };
+        let mut place = Place::join(queue, who);
         let turns = place.queue.turns.clone();
         if let Ok(turn) = turns.clone().try_acquire_owned() {
             place.turn = Some(turn);

@@ -62,19 +62,18 @@ impl Queue {
 }
 
 impl Place {
-    /// Joins `queue` as `who`, unless `who` is in it already (see [`Queue::has`]).
-    pub(crate) fn join(queue: Arc<Queue>, who: Who) -> Option<Place> {
-        let mut members = queue.members.lock().unwrap_or_else(|e| e.into_inner());
-        if members.contains(&who) {
-            return None;
-        }
-        members.push(who);
-        drop(members);
-        Some(Place {
+    /// Joins `queue` as `who` (who the caller found not in it: see [`Queue::has`]).
+    pub(crate) fn join(queue: Arc<Queue>, who: Who) -> Place {
+        queue
+            .members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(who);
+        Place {
             queue,
             who,
             turn: None,
-        })
+        }
     }
 }
 

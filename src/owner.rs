@@ -64,10 +64,11 @@ impl Owner {
         }
     }
 
-    /// When the lock was taken, if recorded.
+    /// When the lock was taken, if recorded (and within what the system's clock can count: the
+    /// field is read from disk, and may say anything).
     pub fn acquired_at(&self) -> Option<SystemTime> {
         self.acquired_unix_ms
-            .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+            .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
     }
 
     /// Whether the record says the holder keeps a beacon `flock`.
@@ -249,6 +250,18 @@ mod tests {
             v[&field] = serde_json::json!([1, 2]);
             proptest::prop_assert!(Owner::parse(v.to_string().as_bytes()).is_err());
         }
+    }
+
+    /// A time read from disk may be beyond what the clock counts (Windows' counts fewer than
+    /// 2^64 milliseconds): not a panic, but no time, or a time that far ahead.
+    #[test]
+    fn an_acquisition_time_beyond_the_clock_is_no_panic() {
+        let mut o = Owner::new(1, "t");
+        o.acquired_unix_ms = Some(u64::MAX);
+        let far = UNIX_EPOCH + Duration::from_secs(1 << 40);
+        assert!(o.acquired_at().is_none_or(|t| t > far));
+        o.acquired_unix_ms = Some(1_000);
+        assert_eq!(o.acquired_at(), Some(UNIX_EPOCH + Duration::from_secs(1)));
     }
 
     #[test]

@@ -645,3 +645,31 @@ fn outside_a_runtime_the_future_is_refused() {
     assert!(err.to_string().contains("tokio runtime"), "{err}");
     assert_eq!(entries(&dir), Vec::<String>::new());
 }
+
+/// No duration a caller can pass panics: `Duration::MAX` waits without a deadline, as it does
+/// for a blocking acquisition.
+#[test]
+fn the_longest_durations_wait_without_a_deadline() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    runtime(1).block_on(async {
+        let waiter = tokio::spawn(
+            locks
+                .named_lock(LOCK)
+                .wait(Wait::Timeout(Duration::MAX))
+                .grace(Duration::MAX)
+                .acquire_async(),
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "the task waits");
+        std::fs::write(&until, "").unwrap();
+        within(30, waiter)
+            .await
+            .unwrap()
+            .unwrap()
+            .release()
+            .unwrap();
+    });
+    holder.finish();
+}

@@ -251,3 +251,25 @@ fn an_async_waiter_does_not_spin_on_wake_ups_that_change_nothing() {
     });
     assert_eq!(fx.entries(), vec!["z.lock".to_owned()]);
 }
+
+/// No duration a caller can pass panics: a wait or a grace period of `Duration::MAX` is a wait
+/// without a deadline (it once overflowed the clock: "overflow when adding duration to
+/// instant").
+#[test]
+fn the_longest_durations_wait_without_a_deadline() {
+    let fx = Fixture::new();
+    let holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            fx.locks
+                .named_lock("w.lock")
+                .wait(Wait::Timeout(Duration::MAX))
+                .grace(Duration::MAX)
+                .acquire()
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!waiter.is_finished(), "the waiter waits");
+        holder.release();
+        waiter.join().unwrap().unwrap().release().unwrap();
+    });
+}

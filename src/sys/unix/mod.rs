@@ -146,8 +146,12 @@ fn meta_of(st: &libc::stat) -> Meta {
     let nsec = st.st_mtimensec;
     #[cfg(not(target_os = "netbsd"))]
     let nsec = st.st_mtime_nsec;
+    // Before 1970, or beyond what `SystemTime` counts: the nearest time it can say.
     let mtime = if st.st_mtime >= 0 {
-        UNIX_EPOCH + Duration::new(st.st_mtime as u64, nsec.clamp(0, 999_999_999) as u32)
+        let d = Duration::new(st.st_mtime as u64, nsec.clamp(0, 999_999_999) as u32);
+        UNIX_EPOCH
+            .checked_add(d)
+            .unwrap_or(UNIX_EPOCH + Duration::from_secs(u32::MAX.into()))
     } else {
         UNIX_EPOCH
     };

@@ -116,7 +116,8 @@ pub(super) fn sleep(
             revents: 0,
         })
         .collect();
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // A deadline beyond what the clock can count (`Duration::MAX`) is no deadline.
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     // A watch that cannot see what it waits for (a pid-judged holder's exit without a pidfd or
     // a process filter; on macOS, a beacon's release by death when the holder's process cannot
     // be watched) asks to be looked at again now and then.

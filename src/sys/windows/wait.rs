@@ -170,7 +170,8 @@ pub(crate) fn sleep(
         handles.push(p.0);
         kinds.push(2);
     }
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // A deadline beyond what the clock can count (`Duration::MAX`) is no deadline.
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     if handles.is_empty() {
         std::thread::sleep(timeout.unwrap_or(Duration::from_millis(250)));
         return Ok(Wake::TimedOut);

@@ -9,12 +9,12 @@
 //! Windows: the change notification and the holder's process, through the system's wait
 //! threads), or a timer for a pause. A waiting task holds no thread.
 //!
-//! The tasks of one process that want the same lock queue behind one another, first come
-//! first served: only the task at the head of the queue contends with other processes and is
-//! woken when the lock changes hands, so a release costs the same whatever the number of
-//! tasks waiting. The head keeps its place while it holds the lock and gives it to the next
-//! task when the guard goes. Between processes, as for blocking waiters, whoever is first to
-//! publish after a release wins.
+//! The tasks of one runtime that want the same lock queue behind one another, first come
+//! first served: only the task at the head of the queue contends with other processes (and
+//! the process's threads and other runtimes) and is woken when the lock changes hands, so a
+//! release costs the same whatever the number of tasks waiting. The head keeps its place
+//! while it holds the lock and gives it to the next task when the guard goes. Between
+//! processes, as for blocking waiters, whoever is first to publish after a release wins.
 //!
 //! Dropping the future at any point leaves nothing behind: the contender's drop removes its
 //! candidate, a wait is only registrations, and the future returns as soon as a round wins,
@@ -158,7 +158,7 @@ impl LockRequest {
     /// Timeouts and grace periods follow the real clock, also on a runtime whose clock is
     /// paused (tokio's `test-util`).
     ///
-    /// The tasks of this process waiting for the same lock are served in the order they
+    /// The tasks of this runtime waiting for the same lock are served in the order they
     /// asked; see the [module docs](crate#asynchronous-acquisition).
     ///
     /// Dropping the future (a `select!`, a `tokio::time::timeout`) cancels the acquisition
@@ -199,7 +199,7 @@ impl LockRequest {
         self.refusals(&dir, dir_id, &t, who)?;
         // Nor behind (or, failing fast, past) a future of this task that is in the lock's queue,
         // waiting or holding: it would wait for us, or we for it.
-        let queue = queue(dir_id, &t.name);
+        let queue = queue(tokio::runtime::Handle::current().id(), dir_id, &t.name);
         if queue.has(who) {
             return Err(Error::AlreadyHeld {
                 lock: t.path.clone(),
@@ -237,7 +237,7 @@ impl LockRequest {
         }
     }
 
-    /// Waits for the turn of `who` (not in it yet) in `queue`, the process's tasks that want
+    /// Waits for the turn of `who` (not in it yet) in `queue`, the runtime's tasks that want
     /// the lock `t` (in the lock directory `dir`), until the deadline or a cancel. A task that has to queue is
     /// told (`on_wait`) who holds the lock, and a timeout names it.
     async fn queue(

@@ -67,9 +67,9 @@
 //! `_async` forms of the closure helpers (`Locks::with_repository_lock_async` and its
 //! siblings) wait without holding a thread: they run the blocking acquisition's contest (one
 //! candidate staged for the whole wait), and between its rounds the task waits in the
-//! runtime's reactor on the kernel wake-ups a blocking waiter uses. The tasks of one process
+//! runtime's reactor on the kernel wake-ups a blocking waiter uses. The tasks of one runtime
 //! that want the same lock are served in the order they asked: only the first contends with
-//! other processes, so a release costs the same whatever the number of tasks waiting. The
+//! other processes (and threads and runtimes), so a release costs the same whatever the number of tasks waiting. The
 //! refusals above are per task there (a blocking acquisition inside a task counts as the
 //! task's; futures joined in one task are that task). Dropping the future at any point leaves
 //! nothing behind. The runtime needs time and I/O enabled.

@@ -1,6 +1,8 @@
-//! The queue of one process's tasks for one lock (feature `tokio`): first come, first served,
-//! so that only the task at the head contends with other processes; see
-//! [`crate::asynchronous`].
+//! The queue of one runtime's tasks for one lock (feature `tokio`): first come, first served,
+//! so that only the task at the head contends with other processes (and with the process's
+//! threads and other runtimes); see [`crate::asynchronous`]. A queue is per runtime: a task
+//! at its head holds back only the tasks that its runtime drives, so a runtime that is no
+//! longer driven (its `block_on` returned) holds back no one else.
 
 use crate::held::Who;
 use crate::sys::{FileId, Real, System};
@@ -8,28 +10,28 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// One lock's queue of this process's tasks: one turn, and who is in the queue (waiting or
+/// One lock's queue of one runtime's tasks: one turn, and who is in the queue (waiting or
 /// holding the turn), so that a task is never queued behind itself.
 pub(crate) struct Queue {
     pub(crate) turns: Arc<Semaphore>,
     members: Mutex<Vec<Who>>,
 }
 
-/// Each lock's queue of this process's tasks, by lock directory and name (entries whose queue
-/// is gone are pruned as new ones come), with the pid they were made in: a forked child
-/// starts with no queues (its parent's turns are not its own).
-type Queues = HashMap<(FileId, String), Weak<Queue>>;
+/// Each lock's queue of one runtime's tasks, by runtime, lock directory and name (entries
+/// whose queue is gone are pruned as new ones come), with the pid they were made in: a forked
+/// child starts with no queues (its parent's turns are not its own).
+type Queues = HashMap<(tokio::runtime::Id, FileId, String), Weak<Queue>>;
 static QUEUES: Mutex<Option<(u32, Queues)>> = Mutex::new(None);
 
-/// The queue of this process's tasks for lock `name` in the lock directory `dir`.
-pub(crate) fn queue(dir: FileId, name: &str) -> Arc<Queue> {
+/// The queue of the tasks of runtime `rt` for lock `name` in the lock directory `dir`.
+pub(crate) fn queue(rt: tokio::runtime::Id, dir: FileId, name: &str) -> Arc<Queue> {
     let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
     let pid = Real.pid();
     if queues.as_ref().is_none_or(|(p, _)| *p != pid) {
         *queues = Some((pid, HashMap::new()));
     }
     let (_, queues) = queues.as_mut().expect("just made");
-    let key = (dir, name.to_owned());
+    let key = (rt, dir, name.to_owned());
     if let Some(q) = queues.get(&key).and_then(Weak::upgrade) {
         return q;
     }

@@ -673,3 +673,32 @@ fn the_longest_durations_wait_without_a_deadline() {
     });
     holder.finish();
 }
+
+/// Each runtime's tasks queue on their own: a task at the head of a lock's queue on a runtime
+/// that is no longer driven (its `block_on` returned) holds back no other runtime's tasks.
+/// (Once, the queue was the process's: a task of another runtime timed out while the lock was
+/// free.)
+#[test]
+fn a_runtime_no_longer_driven_holds_back_no_other_runtimes_tasks() {
+    let (_tmp, dir, until) = setup();
+    let holder = start_holder(&dir, &until);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let idle = runtime(1);
+    // Its task waits for the holder at the head of the queue; then the runtime stops.
+    let stuck = idle.spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+    idle.block_on(async { tokio::time::sleep(Duration::from_millis(200)).await });
+    std::fs::write(&until, "").unwrap();
+    holder.finish();
+    let got = runtime(1).block_on(
+        locks
+            .named_lock(LOCK)
+            .wait(Duration::from_secs(5))
+            .acquire_async(),
+    );
+    got.expect("the free lock, while another runtime's task waits undriven")
+        .release()
+        .unwrap();
+    stuck.abort();
+    drop(idle);
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}

@@ -702,3 +702,122 @@ fn a_runtime_no_longer_driven_holds_back_no_other_runtimes_tasks() {
     drop(idle);
     assert_eq!(entries(&dir), Vec::<String>::new());
 }
+
+/// Where the worker of [`out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does`]
+/// waits, and how many descriptors it has to spare.
+#[cfg(target_os = "linux")]
+const SPARE_DIR: &str = "DIRLOCK_TEST_SPARE_DIR";
+#[cfg(target_os = "linux")]
+const SPARE_FDS: &str = "DIRLOCK_TEST_SPARE_FDS";
+#[cfg(target_os = "linux")]
+const SPARE_ASYNC: &str = "DIRLOCK_TEST_SPARE_ASYNC";
+
+/// The worker: with only a few descriptors to spare, waits (at most 20 s) for a held lock,
+/// asynchronously or (without `SPARE_ASYNC`) blocking.
+#[cfg(target_os = "linux")]
+#[test]
+#[ignore = "a worker process for the other tests, started by them"]
+#[allow(unsafe_code, reason = "setrlimit, on this process")]
+fn spare_descriptors_worker() {
+    let (Some(dir), Some(spare)) = (std::env::var_os(SPARE_DIR), std::env::var(SPARE_FDS).ok())
+    else {
+        return;
+    };
+    let rt = runtime(1);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let highest = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+        .max()
+        .unwrap();
+    // Fill the holes below it (a new descriptor takes the lowest free number), so that exactly
+    // `spare` more can be opened.
+    let mut fillers = Vec::new();
+    loop {
+        let f = std::fs::File::open("/dev/null").unwrap();
+        if std::os::fd::AsRawFd::as_raw_fd(&f) as u64 > highest {
+            break;
+        }
+        fillers.push(f);
+    }
+    let cancel = Cancel::new().unwrap();
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reads and sets this process's own limit through a valid struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
+        limit.rlim_cur = highest + 1 + spare.parse::<u64>().unwrap();
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+    }
+    let request = locks
+        .named_lock(LOCK)
+        .wait(Duration::from_secs(20))
+        .cancel(&cancel);
+    let got = if std::env::var_os(SPARE_ASYNC).is_some() {
+        rt.block_on(request.acquire_async())
+    } else {
+        request.acquire()
+    };
+    match got {
+        Ok(g) => {
+            drop(g);
+            println!("\ngot it");
+            std::process::exit(0)
+        }
+        Err(e) => {
+            println!("\nfailed: {e}");
+            std::process::exit(1)
+        }
+    }
+}
+
+/// Out of descriptors but a few, an asynchronous wait for a held lock gets it when the holder
+/// lets go wherever a blocking wait does: where it cannot register what wakes it with the
+/// reactor, it looks again now and then, as a blocking wait without a watch does. (With 5 to 7
+/// to spare it once failed at once: "Too many open files".)
+#[cfg(target_os = "linux")]
+#[test]
+fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
+    let got = |spare: u32, asynchronous: bool| {
+        let (_tmp, dir, until) = setup();
+        let holder = start_holder(&dir, &until);
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--ignored",
+            "--exact",
+            "tasks::spare_descriptors_worker",
+            "--nocapture",
+        ])
+        .env(SPARE_DIR, &dir)
+        .env(SPARE_FDS, spare.to_string())
+        .stdout(std::process::Stdio::piped());
+        if asynchronous {
+            cmd.env(SPARE_ASYNC, "1");
+        }
+        let worker = Holder::adopt(cmd.spawn().unwrap());
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::write(&until, "").unwrap();
+        holder.finish();
+        let out = worker.output();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let mut both = 0;
+    for spare in 1..=9 {
+        let (blocking, _) = got(spare, false);
+        let (asynchronous, said) = got(spare, true);
+        assert!(
+            asynchronous || !blocking,
+            "{spare} descriptors to spare: a blocking wait got the lock, an async one {said}"
+        );
+        both += u32::from(blocking);
+    }
+    assert!(
+        both >= 3,
+        "the blocking wait worked with too few limits to compare"
+    );
+}

@@ -104,6 +104,21 @@ impl Holder {
         Holder { child }
     }
 
+    /// Waits for it to exit and returns what it wrote to its (piped) stdout, with its status.
+    #[allow(dead_code, reason = "only some test crates read a worker's output")]
+    pub fn output(mut self) -> std::process::Output {
+        let mut stdout = Vec::new();
+        if let Some(mut out) = self.child.stdout.take() {
+            let _ = std::io::Read::read_to_end(&mut out, &mut stdout);
+        }
+        let status = self.child.wait().unwrap();
+        std::process::Output {
+            status,
+            stdout,
+            stderr: Vec::new(),
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

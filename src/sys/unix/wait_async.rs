@@ -11,6 +11,7 @@ use std::future::{poll_fn, Future};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::task::Poll;
+use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -39,39 +40,57 @@ enum Ready {
     Cancelled,
     /// Which of [`Watch::fds`] are readable.
     Watch([bool; 3]),
-    /// [`Watch::recheck`]'s time is up.
+    /// Time to look again: [`Watch::recheck`]'s, or a registration's that failed.
     Recheck,
 }
+
+/// How often a sleeper looks again when a descriptor of its watch could not be registered
+/// with the reactor (out of descriptors: each registration needs a duplicate).
+const UNREGISTERED: Duration = Duration::from_millis(100);
 
 /// Sleeps until `watch` fires or `cancel` is fired (with neither, forever: the caller bounds
 /// it), in the reactor of the runtime it is polled on (a tokio runtime with I/O enabled must
 /// be current). A watch that cannot see what it waits for asks to be looked at again
-/// ([`Watch::recheck`]): the sleep then ends as `Changed` after that long. Dropping the future
-/// leaves nothing registered.
+/// ([`Watch::recheck`]): the sleep then ends as `Changed` after that long. So does a sleep
+/// whose descriptors could not all be registered (out of descriptors), every
+/// [`UNREGISTERED`]: it degrades to looking again, as a blocking sleep without a watch does,
+/// rather than failing. The cancel is heard through its `Notify`, with no descriptor.
+/// Dropping the future leaves nothing registered.
 ///
 /// # Errors
 ///
-/// When a descriptor cannot be duplicated or registered with the reactor.
+/// When the reactor reports an error on a registered descriptor.
 pub(crate) async fn sleep_async(
     watch: Option<&Watch>,
     cancel: Option<&CancelHandle>,
 ) -> io::Result<Wake> {
+    // Made before the check, so that a fire after it is heard.
+    let notified = cancel.map(|c| c.notify().notified());
+    tokio::pin!(notified);
     if cancel.is_some_and(|c| c.is_fired()) {
         return Ok(Wake::Cancelled);
     }
-    let cancel_fd = cancel.map(|c| registered(c.read.as_raw_fd())).transpose()?;
     let mut fds = Vec::new();
+    let mut unregistered = false;
     for (slot, fd) in watch.map_or([-1; 3], Watch::fds).into_iter().enumerate() {
         if fd >= 0 {
-            fds.push((slot, registered(fd)?));
+            match registered(fd) {
+                Ok(r) => fds.push((slot, r)),
+                Err(_) => unregistered = true,
+            }
         }
     }
-    let recheck = watch.and_then(Watch::recheck).map(tokio::time::sleep);
+    let recheck = watch
+        .and_then(Watch::recheck)
+        .into_iter()
+        .chain(unregistered.then_some(UNREGISTERED))
+        .min()
+        .map(tokio::time::sleep);
     tokio::pin!(recheck);
     loop {
         let ready = poll_fn(|cx| {
-            if let Some(c) = &cancel_fd {
-                if c.poll_read_ready(cx).is_ready() {
+            if let Some(n) = notified.as_mut().as_pin_mut() {
+                if n.poll(cx).is_ready() {
                     return Poll::Ready(Ok(Ready::Cancelled));
                 }
             }

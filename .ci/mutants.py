@@ -387,6 +387,14 @@ MUTANTS = [
      'if queues.as_ref().is_none_or(|(p, _)| *p != pid) {',
      'if queues.is_none() {',
      'fork-tokio', 'forked_children_and_execd_programs_do_not_own_the_lock'),
+    ('inotify-overflow-ignored', 'src/sys/unix/linux.rs',
+     '                if ev.mask & libc::IN_Q_OVERFLOW != 0 {\n                    inst.watches.values_mut().for_each(wake);',
+     '                if ev.mask & libc::IN_Q_OVERFLOW != 0 {',
+     'lib', 'sys::unix::linux::tests::an_overflowed_queue_wakes_every_waiter'),
+    ('lost-notification-sleeps-forever', 'src/protocol/contend.rs',
+     'self.capped = left.is_none_or(|l| l > LOOK_AGAIN);',
+     'self.capped = false && left.is_none_or(|l| l > LOOK_AGAIN);',
+     'lib', 'sim::tests::lost_notifications_never_wedge_a_waiter'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',

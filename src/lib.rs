@@ -46,7 +46,10 @@
 //! - **Waiting in the kernel**: a waiting acquisition sleeps until the holder releases or dies
 //!   (a blocking `flock` on the holder's beacon when it waits without a deadline; inotify on the
 //!   holder's lock directory and a pidfd for pid-judged holders otherwise); it can be cancelled
-//!   ([`Cancel`]) and leaves nothing behind when it times out.
+//!   ([`Cancel`]) and leaves nothing behind when it times out. A notification may be lost (an
+//!   inotify queue that overflowed while the process was stopped): an overflow wakes every
+//!   waiter, and no sleep on a notification lasts more than a second before the waiter looks
+//!   at the lock again.
 //! - **Durability**: the record and candidate are fsynced before publishing (turn off with
 //!   [`LockRequest::durable`]), so a power loss never leaves a lock without a complete record.
 //!

@@ -515,10 +515,16 @@ fn wait_for_change<S: System>(k: &Contender<S>, w: &Waiting<S>) -> Result<Option
     Ok(p.into_watch())
 }
 
+/// How long a waiter sleeps on its watch at most before it looks at the lock again. Every
+/// notification can be lost (a kernel queue that overflows while the process is stopped or
+/// busy, a watch a platform drops): a lost one then costs this long, never a wedge.
+pub(crate) const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
 /// The sleeps of a [`Next::Wait`], for the blocking and the asynchronous waiter alike: on the
 /// watch until the lock changed, with wake-ups that changed nothing filtered (with no new
 /// opens of the lock directory: an open and close by us would wake every other waiter), and
-/// backoff pauses where nothing can wake us or wake-ups keep changing nothing.
+/// backoff pauses where nothing can wake us or wake-ups keep changing nothing. No sleep on
+/// the watch lasts longer than [`LOOK_AGAIN`].
 pub(crate) struct Patience<S: System> {
     watch: Option<S::Watch>,
     backoff: Backoff,
@@ -527,6 +533,8 @@ pub(crate) struct Patience<S: System> {
     spurious: u32,
     /// Whether the last sleep was on the watch.
     watching: bool,
+    /// Whether the last sleep's timeout was [`LOOK_AGAIN`], not the wait's own end.
+    capped: bool,
 }
 
 impl<S: System> Patience<S> {
@@ -538,6 +546,7 @@ impl<S: System> Patience<S> {
             start: k.sp.sys.monotonic(),
             spurious: 0,
             watching: false,
+            capped: false,
         }
     }
 
@@ -564,7 +573,9 @@ impl<S: System> Patience<S> {
         // meanwhile is queued and wakes the next sleep at once.
         self.watching = self.watch.is_some() && self.spurious < 3;
         if self.watching {
-            Some((self.watch.as_ref(), left))
+            self.capped = left.is_none_or(|l| l > LOOK_AGAIN);
+            let timeout = if self.capped { Some(LOOK_AGAIN) } else { left };
+            Some((self.watch.as_ref(), timeout))
         } else {
             let pause = self.backoff.next_pause();
             Some((None, Some(left.map_or(pause, |l| l.min(pause)))))
@@ -574,7 +585,8 @@ impl<S: System> Patience<S> {
     /// After a sleep (not cancelled) that ended with `wake`: whether the wait goes on.
     pub(crate) fn woke(&mut self, wake: Wake) -> bool {
         match wake {
-            Wake::TimedOut if self.watching => false, // `until` passed
+            Wake::TimedOut if self.watching && self.capped => true, // look again
+            Wake::TimedOut if self.watching => false,               // `until` passed
             Wake::TimedOut if self.watch.is_some() => {
                 self.spurious = 0; // the pause is over
                 true

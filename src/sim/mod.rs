@@ -82,6 +82,10 @@ pub(crate) struct Config {
     /// Simulate a kernel that cannot watch a process's exit (no pidfd): waiters on a
     /// pid-judged holder must look again on their own (see `SimWatch::recheck`).
     pub no_pidfd: bool,
+    /// Any notification a sleeper waits for may be lost (an inotify queue that overflowed, a
+    /// watch a platform dropped) or merged with others: at each point where one has come, the
+    /// schedule decides whether it is delivered. Waiters must still never wedge (I7).
+    pub lossy: bool,
 }
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
@@ -146,6 +150,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         no_flock: at(5) % 4 == 0,
         fuse,
         no_pidfd: at(5) / 4 % 2 == 1,
+        lossy: at(5) / 8 % 2 == 1,
     };
     let mut strategy = Bytes {
         data: rest,

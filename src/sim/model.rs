@@ -60,10 +60,22 @@ pub(crate) struct SimWatch {
     /// A pid asked for that could not be watched: the sleeper looks again every
     /// [`SimWatch::RECHECK`], as the real watches do.
     pub(crate) recheck: bool,
+    /// A notification (inotify, a pidfd, a kqueue event), which may be lost (see
+    /// `Config::lossy`); not the kernel's own queue of a blocking `flock`.
+    pub(crate) lossy: bool,
 }
 
 impl SimWatch {
     pub(crate) const RECHECK: Duration = Duration::from_millis(100);
+
+    /// The same watch, with what has happened so far taken as seen: a notification lost.
+    pub(crate) fn rearmed(&self, st: &State) -> SimWatch {
+        SimWatch {
+            epoch: st.inodes.get(&self.ino).map_or(self.epoch, |i| i.epoch),
+            slot: self.slot.filter(|s| st.procs[*s].alive),
+            ..*self
+        }
+    }
 
     /// Whether what it watches has happened.
     pub(crate) fn fired(&self, st: &State) -> bool {

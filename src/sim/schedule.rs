@@ -205,6 +205,9 @@ impl Scheduler<'_> {
         {
             st = world.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
+        if self.cfg.lossy && !self.recovery {
+            self.lose_notifications(&mut st, strategy);
+        }
         let runnable: Vec<usize> = self.slots.clone().filter(|s| ready(&st, *s)).collect();
         if runnable.is_empty() {
             return self.idle(&mut st);
@@ -245,6 +248,28 @@ impl Scheduler<'_> {
             return false;
         }
         true
+    }
+
+    /// For each sleeper whose notification has come, the strategy decides whether it is
+    /// delivered (option 0) or lost (option 1: the sleeper sleeps on, the watch re-armed as
+    /// if what happened had been seen).
+    fn lose_notifications(&mut self, st: &mut State, strategy: &mut dyn Strategy) {
+        for s in self.slots.clone() {
+            let Status::Sleeping {
+                until,
+                watch: Some(w),
+            } = st.procs[s].status
+            else {
+                continue;
+            };
+            if !w.lossy || !w.fired(st) || strategy.choose(2, 0) == 0 {
+                continue;
+            }
+            self.steps += 1;
+            let watch = Some(w.rearmed(st));
+            st.procs[s].status = Status::Sleeping { until, watch };
+            st.trace.push(format!("p{s}'s notification lost"));
+        }
     }
 
     /// Nobody can run: done, or the clock jumps to the next wake-up, or (nothing will ever

@@ -449,6 +449,7 @@ impl System for SimSys {
                     epoch: st.inodes.get(&ino).map_or(0, |i| i.epoch),
                     slot: None,
                     recheck: false,
+                    lossy: false,
                 }))
             })?;
             match blocked {
@@ -495,6 +496,7 @@ impl System for SimSys {
             epoch: st.inodes.get(&ino).map_or(0, |i| i.epoch),
             slot,
             recheck: pid.is_some() && slot.is_none(),
+            lossy: true,
         }))
     }
 

@@ -15,6 +15,7 @@ fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
         no_flock: false,
         fuse: false,
         no_pidfd: false,
+        lossy: false,
     }
 }
 
@@ -243,6 +244,33 @@ fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies() {
         }
     }
     eprintln!("pid-judged holders: {steps} steps");
+}
+
+/// Any notification a waiter sleeps on may be lost or merged with others (an inotify queue that
+/// overflowed, a watch a platform dropped): waiters still never wedge (I7), since none sleeps
+/// on a watch longer than it takes to look again. (Without that bound, a waiter whose holder's
+/// release or death was lost slept forever.)
+#[test]
+fn lost_notifications_never_wedge_a_waiter() {
+    let mut steps = 0;
+    for (no_flock, no_pidfd) in [(true, false), (true, true), (false, false)] {
+        let mut shapes = vec![
+            workers(3, Wait::Forever),
+            workers(2, Wait::Timeout(Duration::from_secs(30))),
+        ];
+        let mut planted = vec![Script::Planter(Plant::TheirOwnPid)];
+        planted.extend(workers(2, Wait::Forever));
+        shapes.push(planted);
+        let mut observed = workers(2, Wait::Forever);
+        observed.push(Script::Observer);
+        shapes.push(observed);
+        for scripts in shapes {
+            let mut cfg = config(scripts, Mutant::None);
+            (cfg.no_flock, cfg.no_pidfd, cfg.lossy) = (no_flock, no_pidfd, true);
+            steps += random(&cfg, 0..100);
+        }
+    }
+    eprintln!("lost notifications: {steps} steps");
 }
 
 #[test]

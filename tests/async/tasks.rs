@@ -821,3 +821,47 @@ fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
         "the blocking wait worked with too few limits to compare"
     );
 }
+
+/// A task whose lock's release was lost in an overflow of its process's kernel event queue
+/// (the runtime was blocked while readers of another lock a task waits on flooded it) gets the
+/// lock once the runtime runs again. (The overflow was once ignored: the task slept on the
+/// free lock for as long as it was watched.)
+#[cfg(target_os = "linux")]
+#[test]
+fn a_task_whose_wake_up_was_lost_in_an_overflow_gets_the_lock() {
+    let (tmp, dir, until) = setup();
+    let until_b = tmp.path().join("release-b");
+    let holder_a = start_holder(&dir, &until);
+    let holder_b = portable::start_self_holder("tasks::async_holder", &dir, "b.lock", &until_b);
+    let locks = Locks::in_dir(&dir).unwrap();
+    let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+        .ok()
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(16384);
+    runtime(1).block_on(async {
+        let a = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        let b = tokio::spawn(
+            locks
+                .named_lock("b.lock")
+                .wait(Wait::Forever)
+                .acquire_async(),
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!a.is_finished() && !b.is_finished(), "both wait");
+        // The runtime is blocked (no task reads the events) while `dirlock status` loops
+        // flood the queue with b.lock's events (two kinds in turn: identical events in a row
+        // are merged) and a.lock is released: its events are among those lost.
+        let b_lock = dir.join("b.lock");
+        for _ in 0..max / 2 + 100 {
+            drop(std::fs::File::open(&b_lock).unwrap());
+            std::fs::read(b_lock.join("owner.json")).unwrap();
+        }
+        std::fs::write(&until, "").unwrap();
+        holder_a.finish();
+        let got = within(20, a).await.unwrap().unwrap();
+        got.release().unwrap();
+        std::fs::write(&until_b, "").unwrap();
+        within(20, b).await.unwrap().unwrap().release().unwrap();
+    });
+    holder_b.finish();
+}

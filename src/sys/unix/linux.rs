@@ -227,7 +227,21 @@ mod inotify {
         })
     }
 
-    /// Reads every queued event, bumps the watches they name and wakes their waiters.
+    /// Tells the waiters of watch `w` that its directory may have changed.
+    fn wake(w: &mut Watched) {
+        w.epoch += 1;
+        for &waker in &w.wakers {
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes to a waiter's eventfd; the waiter removes it from this
+            // list (under the instance's lock) before closing it.
+            unsafe { libc::write(waker, (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// Reads every queued event, bumps the watches they name and wakes their waiters. When
+    /// events were lost (the queue overflowed while no waiter read it: a stopped or busy
+    /// process, a storm of readers) or the instance cannot be read, every waiter is woken to
+    /// look again: any of them may have missed its lock's release.
     pub(super) fn dispatch() {
         let mut slot = lock();
         let Some(inst) = slot.as_mut().filter(|i| i.pid == getpid()) else {
@@ -238,8 +252,18 @@ mod inotify {
             // SAFETY: reads into a local buffer of the given length from the non-blocking
             // instance.
             let n = unsafe { libc::read(inst.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                return; // EAGAIN: drained (or an error that the next poll reports again)
+            if n < 0 {
+                match std::io::Error::last_os_error().raw_os_error() {
+                    Some(libc::EAGAIN) => return, // drained
+                    Some(libc::EINTR) => continue,
+                    _ => {
+                        inst.watches.values_mut().for_each(wake);
+                        return;
+                    }
+                }
+            }
+            if n == 0 {
+                return;
             }
             let mut at = 0;
             while at + std::mem::size_of::<libc::inotify_event>() <= n as usize {
@@ -248,22 +272,19 @@ mod inotify {
                 let ev: libc::inotify_event =
                     unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
                 at += std::mem::size_of::<libc::inotify_event>() + ev.len as usize;
+                if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+                    inst.watches.values_mut().for_each(wake);
+                    continue;
+                }
                 if ev.len > 0 {
                     // About an entry inside (a reader of owner.json closing it), not the
                     // lock directory itself: nothing a waiter waits for.
                     continue;
                 }
-                let gone = ev.mask & libc::IN_IGNORED != 0;
                 if let Some(w) = inst.watches.get_mut(&ev.wd) {
-                    w.epoch += 1;
-                    for &waker in &w.wakers {
-                        let one: u64 = 1;
-                        // SAFETY: writes 8 bytes to a waiter's eventfd; the waiter removes it
-                        // from this list (under this lock) before closing it.
-                        unsafe { libc::write(waker, (&one as *const u64).cast(), 8) };
-                    }
+                    wake(w);
                 }
-                if gone {
+                if ev.mask & libc::IN_IGNORED != 0 {
                     // The kernel dropped the watch (its inode died): forget the number.
                     inst.watches.remove(&ev.wd);
                 }
@@ -348,6 +369,38 @@ mod tests {
             .sleep(Some(&watch), Some(Duration::from_secs(5)), None)
             .unwrap();
         assert_eq!(wake, Wake::Changed, "the rename did not wake the waiter");
+    }
+
+    /// When the process's inotify queue overflows before anyone reads it, the events lost
+    /// (a release among them) are replaced by one that says so: every waiter is woken to look
+    /// again. (The overflow was once ignored: a waiter slept on a free lock.)
+    #[test]
+    fn an_overflowed_queue_wakes_every_waiter() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sys = Real;
+        let parent = sys.open_dir_path(tmp.path()).unwrap();
+        sys.mkdir_at(&parent, "l").unwrap();
+        let lock = sys.open_dir_at(&parent, "l").unwrap();
+        for f in ["a", "b"] {
+            sys.create_file_at(&lock, f, b"", false, false).unwrap();
+        }
+        let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
+        // More events than the queue holds (16384 by default; alternate names: identical
+        // events in a row are merged), while no one reads them: entries inside the lock
+        // closed after reading, as `dirlock status` does to its record.
+        let max: usize = std::fs::read_to_string("/proc/sys/fs/inotify/max_queued_events")
+            .ok()
+            .and_then(|m| m.trim().parse().ok())
+            .unwrap_or(16384);
+        for i in 0..max + 10 {
+            sys.read_file_at(&lock, ["a", "b"][i % 2], 10).unwrap();
+        }
+        // The release: its event is lost in the overflow.
+        let _ = sys.rename_noreplace(&parent, "l", "m").unwrap();
+        let wake = sys
+            .sleep(Some(&watch), Some(Duration::from_secs(5)), None)
+            .unwrap();
+        assert_eq!(wake, Wake::Changed, "the overflow did not wake the waiter");
     }
 
     #[test]

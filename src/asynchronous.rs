@@ -30,10 +30,10 @@ use crate::protocol::{Contender, Held, Next, Patience, Request, MAX_RESTAGES};
 use crate::queue::{queue, Place, Queue};
 use crate::request::{LockRequest, Resolved};
 use crate::space::{not_found, Seen, Space};
-use crate::sys::{Clock, Identity, Real, System, Wake};
+use crate::sys::{Clock, Identity, PerProcess, Real, System, Wake};
 use std::future::Future;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `fut`, or `None` once `t` has passed. Time is the real clock's, as the lock's other
@@ -92,7 +92,7 @@ async fn first<A: Future, B: Future>(a: A, b: B) -> Either<A::Output, B::Output>
 }
 
 /// The runtimes [`check_runtime`] has seen enabled.
-static CHECKED: Mutex<Vec<tokio::runtime::Id>> = Mutex::new(Vec::new());
+static CHECKED: PerProcess<Vec<tokio::runtime::Id>> = PerProcess::new(Vec::new);
 
 /// Checks, once per runtime, that the current runtime can serve a wait: it has time and (on
 /// Unix) I/O enabled. Without them tokio panics; this makes that panic happen at the first
@@ -108,16 +108,12 @@ fn check_runtime() -> Result<(), Error> {
         });
     };
     let id = rt.id();
-    if CHECKED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains(&id)
-    {
+    if CHECKED.lock().contains(&id) {
         return Ok(());
     }
     drop(tokio::time::sleep(Duration::ZERO)); // panics without time
     crate::sys::check_reactor(); // panics without I/O, where a wait needs it
-    let mut checked = CHECKED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut checked = CHECKED.lock();
     if checked.len() >= 64 {
         checked.remove(0); // a process making runtime after runtime: forget the oldest
     }

@@ -3,10 +3,9 @@
 //! names a parent's locks to the programs it runs.
 
 use crate::error::Error;
-use crate::sys::{FileId, Real, System};
+use crate::sys::{FileId, PerProcess, Real, System};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::thread::ThreadId;
 
 /// What blocks on a lock, and so what may not wait for one it holds: a thread (blocking
@@ -87,16 +86,16 @@ struct Registered {
     lock: FileId,
     who: Who,
     family: Family,
-    pid: u32,
     path: PathBuf,
 }
 
-/// The locks this process holds. Entries of another pid are a forked parent's: ignored.
-static HELD: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
+/// The locks this process holds (a forked child starts with none: its parent's are not its
+/// own).
+static HELD: PerProcess<Vec<Registered>> = PerProcess::new(Vec::new);
 static SERIAL: AtomicU64 = AtomicU64::new(1);
 
 fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
-    HELD.lock().unwrap_or_else(|e| e.into_inner())
+    HELD.lock()
 }
 
 /// Refuses what would deadlock `who` (this thread, or an asynchronous acquisition's task): the
@@ -117,9 +116,8 @@ pub(crate) fn check_order(
     resource: &str,
     me: Who,
 ) -> Result<(), Error> {
-    let pid = Real.pid();
     let held = registry();
-    for r in held.iter().filter(|r| r.pid == pid) {
+    for r in held.iter() {
         let same = r.dir == dir
             && (r.name == name || (r.name.eq_ignore_ascii_case(name) && found() == Some(r.lock)));
         if same && r.who == me {
@@ -155,7 +153,6 @@ pub(crate) fn register(
         lock,
         who,
         family,
-        pid: Real.pid(),
         path: path.to_owned(),
     });
     serial

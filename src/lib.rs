@@ -60,9 +60,12 @@
 //! lock fails with [`Error::LockOrder`]: the order is setup first. Other threads contend like
 //! other processes do. These rules follow the thread that acquired the guard: a [`LockGuard`]
 //! is `Send`, and a move to another thread cannot be seen, so a moved guard keeps them with
-//! the acquiring thread (the closure helpers, whose guard never moves, are exact). A forked child that drops an inherited guard does nothing; the
-//! beacon is close-on-exec, so an `exec`'d program does not keep the lock alive, unless it
-//! was spawned through [`LockGuard::keep_alive_in`] (as `dirlock run` spawns its command).
+//! the acquiring thread (the closure helpers, whose guard never moves, are exact). A forked
+//! child that drops an inherited guard does nothing, and a child forked at any moment, beside
+//! threads and tasks that take locks, never waits for a lock of the library's a thread of its
+//! parent held at the fork: the library's state is made anew in the child. The beacon is
+//! close-on-exec, so an `exec`'d program does not keep the lock alive, unless it was spawned
+//! through [`LockGuard::keep_alive_in`] (as `dirlock run` spawns its command).
 //!
 //! # Asynchronous acquisition
 //!

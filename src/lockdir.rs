@@ -5,9 +5,9 @@
 use crate::error::Error;
 use crate::paths::{self, LOCK_DIR};
 use crate::space::Space;
-use crate::sys::{is, Errno, FileId, Real, RealDir, System};
+use crate::sys::{is, Errno, FileId, PerProcess, Real, RealDir, System};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Refuses a directory that someone else could rename away, with whatever is inside it (our
 /// lock namespace while a lock is held): one, or any directory above it, owned by a user other
@@ -61,13 +61,28 @@ fn check_ancestors(_dir: &Path, _uid: u32, _fix: &str) -> Result<(), Error> {
     Ok(())
 }
 
-#[derive(Debug)]
 pub(crate) struct LockDir {
     pub(crate) path: PathBuf,
     /// Where the directory comes from, to re-create it if a temp cleaner removed it.
     origin: Origin,
-    dir: Mutex<(Arc<RealDir>, FileId)>,
+    /// The open directory and its identity (`None`: to be opened, as in a forked child).
+    dir: PerProcess<Option<Opened>>,
     pub(crate) uid: u32,
+}
+
+type Opened = (Arc<RealDir>, FileId);
+
+fn unopened() -> Option<Opened> {
+    None
+}
+
+impl std::fmt::Debug for LockDir {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockDir")
+            .field("path", &self.path)
+            .field("origin", &self.origin)
+            .finish()
+    }
 }
 
 #[derive(Debug)]
@@ -238,25 +253,27 @@ impl LockDir {
         Ok(LockDir {
             path,
             origin,
-            dir: Mutex::new((Arc::new(dir), id)),
+            dir: PerProcess::with(Some((Arc::new(dir), id)), unopened),
             uid,
         })
     }
 
     /// The open lock directory, re-created if it was removed (a temp cleaner may remove an
-    /// empty directory; a lock in a removed directory would exclude no one).
-    pub(crate) fn current(&self) -> Result<(Arc<RealDir>, FileId), Error> {
-        let mut slot = self.dir.lock().unwrap_or_else(|e| e.into_inner());
-        if !Real.unlinked(&slot.0) {
-            return Ok((slot.0.clone(), slot.1));
+    /// empty directory; a lock in a removed directory would exclude no one), and opened anew
+    /// in a forked child.
+    pub(crate) fn current(&self) -> Result<Opened, Error> {
+        let mut slot = self.dir.lock();
+        if let Some((dir, id)) = slot.as_ref().filter(|(d, _)| !Real.unlinked(d)) {
+            return Ok((dir.clone(), *id));
         }
         let (dir, _) = open_origin(&self.origin, self.uid)?;
         let id = Real
             .meta(&dir)
             .map_err(|e| Error::io("inspect the lock directory", &self.path, e))?
             .id;
-        *slot = (Arc::new(dir), id);
-        Ok((slot.0.clone(), id))
+        let dir = Arc::new(dir);
+        *slot = Some((dir.clone(), id));
+        Ok((dir, id))
     }
 
     /// The lock directory as the protocol sees it, through handle `dir`.

@@ -5,7 +5,7 @@
 //! longer driven (its `block_on` returned) holds back no one else.
 
 use crate::held::Who;
-use crate::sys::{FileId, Real, System};
+use crate::sys::{FileId, PerProcess, Real, System};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -18,19 +18,14 @@ pub(crate) struct Queue {
 }
 
 /// Each lock's queue of one runtime's tasks, by runtime, lock directory and name (entries
-/// whose queue is gone are pruned as new ones come), with the pid they were made in: a forked
-/// child starts with no queues (its parent's turns are not its own).
+/// whose queue is gone are pruned as new ones come). A forked child starts with no queues
+/// (its parent's turns are not its own).
 type Queues = HashMap<(tokio::runtime::Id, FileId, String), Weak<Queue>>;
-static QUEUES: Mutex<Option<(u32, Queues)>> = Mutex::new(None);
+static QUEUES: PerProcess<Queues> = PerProcess::new(HashMap::new);
 
 /// The queue of the tasks of runtime `rt` for lock `name` in the lock directory `dir`.
 pub(crate) fn queue(rt: tokio::runtime::Id, dir: FileId, name: &str) -> Arc<Queue> {
-    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
-    let pid = Real.pid();
-    if queues.as_ref().is_none_or(|(p, _)| *p != pid) {
-        *queues = Some((pid, HashMap::new()));
-    }
-    let (_, queues) = queues.as_mut().expect("just made");
+    let mut queues = QUEUES.lock();
     let key = (rt, dir, name.to_owned());
     if let Some(q) = queues.get(&key).and_then(Weak::upgrade) {
         return q;
@@ -50,6 +45,9 @@ pub(crate) struct Place {
     pub(crate) queue: Arc<Queue>,
     who: Who,
     pub(crate) turn: Option<OwnedSemaphorePermit>,
+    /// The process that joined: a forked child's copy of the place (in a guard it inherited)
+    /// is its parent's.
+    pid: u32,
 }
 
 impl Queue {
@@ -75,12 +73,19 @@ impl Place {
             queue,
             who,
             turn: None,
+            pid: Real.pid(),
         }
     }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
+        if Real.pid() != self.pid {
+            // A forked child's copy: the queue and its turn are the parent's, and their locks
+            // may have been held by a thread of the parent at the fork. Left alone.
+            std::mem::forget(self.turn.take());
+            return;
+        }
         // Out of the queue before the turn passes on: whoever gets it next finds us gone.
         let mut members = self.queue.members.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = members.iter().position(|w| *w == self.who) {
@@ -88,5 +93,28 @@ impl Drop for Place {
         }
         drop(members);
         drop(self.turn.take());
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A forked child that drops its copy of a place (in a guard it inherited) touches neither
+    /// the queue nor its turn: a thread of the parent may have held their locks at the fork.
+    #[test]
+    fn a_forked_child_leaves_its_parents_place_alone() {
+        let queue = Arc::new(Queue {
+            turns: Arc::new(Semaphore::new(1)),
+            members: Mutex::new(Vec::new()),
+        });
+        let mut place = Place::join(queue.clone(), Who::current());
+        place.turn = Some(queue.turns.clone().try_acquire_owned().unwrap());
+        // This thread holds the queue's lock at the fork, as a busy thread may.
+        let held = queue.members.lock().unwrap();
+        let finished = crate::sys::finishes_in_a_fork(Duration::from_secs(5), move || drop(place));
+        drop(held);
+        assert!(finished, "the child waited for its parent's queue");
     }
 }

@@ -1,6 +1,8 @@
 //! Fork and exec: a forked child dropping or releasing an inherited guard does nothing, and an
-//! exec'd program does not keep a lock alive (the beacon is close-on-exec). A test binary of its
-//! own, with one test, so that it forks while no other thread runs.
+//! exec'd program does not keep a lock alive (the beacon is close-on-exec); a child forked while
+//! other threads and tasks take and release locks never blocks on the library's own locks. A
+//! test binary of its own, so that its first test forks while no other thread runs (the second
+//! forks beside busy threads in a process of its own: this binary, run again).
 #![cfg(unix)] // fork(2) is Unix
 #![allow(unsafe_code)]
 
@@ -161,4 +163,179 @@ fn unsafe_take(guard: &dirlock::LockGuard) -> dirlock::LockGuard {
     // SAFETY: in the forked child the parent's `guard` is never touched again (the child ends
     // with _exit), so moving a bitwise copy out of it duplicates nothing that is still used.
     unsafe { std::ptr::read(guard) }
+}
+
+/// Where the busy forker of [`children_forked_beside_busy_threads_never_block`] works.
+const BUSY_DIR: &str = "DIRLOCK_TEST_BUSY_FORK_DIR";
+
+/// How many children the busy forker forks.
+const CHILDREN: usize = 300;
+
+/// A child forked at any moment while other threads (and, with the `tokio` feature, tasks)
+/// take, wait for and release locks never blocks on a lock of the library's that a thread of
+/// its parent held at fork time: neither dropping the guard it inherited (which does nothing)
+/// nor taking a lock of its own. The forking runs in a process of its own (this binary again),
+/// which reports the children that did not finish. (Once, 11 to 15 of 300 blocked forever in
+/// `LockDir::current`, `Real::own_token` and `held::unregister`.)
+#[test]
+fn children_forked_beside_busy_threads_never_block() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut forker = Command::new(std::env::current_exe().unwrap());
+    forker
+        .args(["--ignored", "--exact", "busy_forker", "--quiet"])
+        .env(BUSY_DIR, tmp.path())
+        .stdout(std::process::Stdio::null());
+    let mut forker = Reaped(forker.spawn().unwrap());
+    let mut status = None;
+    for _ in 0..12_000 {
+        status = forker.0.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(forker); // with the children it left
+    let said = std::fs::read_to_string(tmp.path().join("said")).unwrap_or_default();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the busy forker: {status:?}: {said}"
+    );
+    assert!(said.contains(&format!("{CHILDREN} children")), "{said}");
+}
+
+/// A child process killed (with its process group: the forker's children) and reaped when
+/// dropped.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        // SAFETY: signals our own child and the process group it leads; kill takes no pointers.
+        unsafe { libc::kill(-(self.0.id() as libc::pid_t), libc::SIGKILL) };
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The busy forker: threads (and tasks) cycle through locks while the main thread, holding a
+/// guard, forks [`CHILDREN`] children that drop their copy of it and take a lock themselves.
+/// Prints how many finished; exits 1 if any did not (within 30 s of the last fork).
+#[test]
+#[ignore = "started by children_forked_beside_busy_threads_never_block"]
+fn busy_forker() {
+    let Some(dir) = std::env::var_os(BUSY_DIR) else {
+        return;
+    };
+    // Its own process group: the test kills it with every child it left.
+    // SAFETY: setpgid on ourselves takes no pointers.
+    unsafe { libc::setpgid(0, 0) };
+    let locks =
+        std::sync::Arc::new(Locks::in_dir(std::path::Path::new(&dir).join("locks")).unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut busy = Vec::new();
+    for t in 0..4 {
+        let (locks, stop) = (locks.clone(), stop.clone());
+        busy.push(std::thread::spawn(move || {
+            let names = ["a.lock", "b.lock"];
+            let mut i = t;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                // Waits of both kinds (a deadline sleeps on inotify), statuses, releases.
+                let wait = if i % 2 == 0 {
+                    Wait::Forever
+                } else {
+                    Wait::Timeout(Duration::from_secs(5))
+                };
+                if let Ok(g) = locks.named_lock(names[i % 2]).wait(wait).acquire() {
+                    let _ = locks.named_lock(names[(i + 1) % 2]).status();
+                    let _ = g.release();
+                }
+            }
+        }));
+    }
+    #[cfg(feature = "tokio")]
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // Tasks cycle through the same locks, the main thread's among them: they queue behind its
+    // guard (taken on their runtime), so its queue is busy whenever the main thread forks.
+    #[cfg(feature = "tokio")]
+    for t in 0..4 {
+        let (locks, stop) = (locks.clone(), stop.clone());
+        rt.spawn(async move {
+            let names = ["a.lock", "b.lock", "m.lock"];
+            let mut i = t;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                // Short waits for the main thread's lock join and leave its queue all the time.
+                let wait = match i % 3 {
+                    2 => Duration::from_millis(1),
+                    _ => Duration::from_secs(5),
+                };
+                let request = locks.named_lock(names[i % 3]).wait(wait);
+                if let Ok(g) = request.acquire_async().await {
+                    let _ = g.release();
+                }
+            }
+        });
+    }
+    let mut children = Vec::new();
+    for n in 0..CHILDREN {
+        // The main thread's guard, which each child inherits (with the `tokio` feature, taken
+        // in async form: with a place in the runtime's queue for the lock).
+        #[cfg(feature = "tokio")]
+        let guard = rt
+            .block_on(
+                locks
+                    .named_lock("m.lock")
+                    .wait(Wait::Forever)
+                    .acquire_async(),
+            )
+            .unwrap();
+        #[cfg(not(feature = "tokio"))]
+        let guard = locks.named_lock("m.lock").acquire().unwrap();
+        // SAFETY: the child touches only what it inherited by copy (the guard, the locks, the
+        // library's state), never stdout, and leaves through _exit without unwinding or
+        // running its parent's destructors.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            drop(unsafe_take(&guard));
+            let mine = format!("child-{}.lock", n % 3);
+            let got = locks
+                .named_lock(&mine)
+                .wait(Duration::from_secs(5))
+                .acquire();
+            drop(got);
+            // SAFETY: ends the child at once, as in `fork`.
+            unsafe { libc::_exit(0) };
+        }
+        children.push(pid);
+        guard.release().unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut hung = Vec::new();
+    for pid in children {
+        let mut status = 0;
+        loop {
+            // SAFETY: polls our own child; `status` is a valid out-pointer.
+            if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                hung.push(pid);
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let said = format!(
+        "{CHILDREN} children, {} did not finish: {hung:?}",
+        hung.len()
+    );
+    std::fs::write(std::path::Path::new(&dir).join("said"), said).unwrap();
+    // The test kills what is left with the process group.
+    std::process::exit(i32::from(!hung.is_empty()));
 }

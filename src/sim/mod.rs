@@ -102,7 +102,14 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
     let scripts: Vec<Script> = (0..n)
         .map(|i| {
             let b = at(1 + i);
-            match b % 11 {
+            match b % 12 {
+                11 => Script::Forker {
+                    wait: if b / 12 % 2 == 0 {
+                        Wait::Forever
+                    } else {
+                        Wait::Immediately
+                    },
+                },
                 0 => Script::Worker {
                     rounds: 2,
                     wait: Wait::Immediately,
@@ -134,13 +141,19 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
     // On a filesystem without no-replace renames, a plain rename replaces an empty directory
     // at the lock path: an intruder's empty directory there is a known limit (README), not a
     // finding.
-    let scripts: Vec<Script> = scripts
+    let mut scripts: Vec<Script> = scripts
         .into_iter()
         .map(|s| match s {
             Script::Intruder if fuse => Script::Observer,
             s => s,
         })
         .collect();
+    // A forker's child is the process after it (a forker in the last place forks no one).
+    for i in 1..scripts.len() {
+        if let Script::Forker { .. } = scripts[i - 1] {
+            scripts[i] = Script::Forked;
+        }
+    }
     let cfg = Config {
         scripts,
         mutant: Mutant::None,
@@ -215,6 +228,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             no_pidfd: cfg.no_pidfd,
             marked_by: HashMap::new(),
             owned: Default::default(),
+            forks: HashMap::new(),
         }),
         cv: Condvar::new(),
     });

@@ -31,7 +31,9 @@ pub(crate) struct Inode {
 #[derive(Debug)]
 pub(crate) struct Ofd {
     pub(crate) ino: Ino,
-    pub(crate) slot: usize,
+    /// The processes whose descriptors refer to it (a fork shares its parent's): its flock
+    /// goes with the last of them.
+    pub(crate) holders: Vec<usize>,
     pub(crate) lock: Option<bool>, // Some(exclusive)
 }
 
@@ -121,6 +123,18 @@ pub(crate) struct State {
     pub(crate) marked_by: HashMap<Ino, usize>,
     /// The tokens each process wrote and is not done with (`System::own_token`).
     pub(crate) owned: std::collections::HashSet<(usize, String)>,
+    /// What a forked child (by slot) inherited of the lock its parent held at the fork.
+    pub(crate) forks: HashMap<usize, Inherited>,
+}
+
+/// A lock a forked child finds in its copy of its parent's memory: the parent's `Held`.
+#[derive(Clone, Debug)]
+pub(crate) struct Inherited {
+    pub(crate) name: String,
+    pub(crate) owner: Owner,
+    /// The beacon: the parent's descriptor, now the child's too.
+    pub(crate) fd: u64,
+    pub(crate) id: FileId,
 }
 
 pub(crate) struct World {
@@ -326,7 +340,7 @@ impl State {
             fd,
             Ofd {
                 ino,
-                slot,
+                holders: vec![slot],
                 lock: None,
             },
         );
@@ -340,9 +354,30 @@ impl State {
             .any(|(f, o)| *f != fd && o.ino == ino && o.lock.is_some_and(|x| x || exclusive))
     }
 
-    pub(crate) fn close(&mut self, fd: u64) {
-        if let Some(ofd) = self.ofds.remove(&fd) {
-            self.bump(ofd.ino);
+    /// Process `slot` closes its descriptor `fd`: the open description goes (and its flock
+    /// with it) once no process refers to it.
+    pub(crate) fn close(&mut self, fd: u64, slot: usize) {
+        let Some(ofd) = self.ofds.get_mut(&fd) else {
+            return;
+        };
+        ofd.holders.retain(|s| *s != slot);
+        if ofd.holders.is_empty() {
+            let ino = ofd.ino;
+            self.ofds.remove(&fd);
+            self.bump(ino);
+        }
+    }
+
+    /// Closes every descriptor of process `slot` (it crashed or exited).
+    pub(crate) fn close_all(&mut self, slot: usize) {
+        let fds: Vec<u64> = self
+            .ofds
+            .iter()
+            .filter(|(_, o)| o.holders.contains(&slot))
+            .map(|(fd, _)| *fd)
+            .collect();
+        for fd in fds {
+            self.close(fd, slot);
         }
     }
 
@@ -350,15 +385,7 @@ impl State {
         let p = &mut self.procs[slot];
         p.alive = false;
         p.crashed = true;
-        let fds: Vec<u64> = self
-            .ofds
-            .iter()
-            .filter(|(_, o)| o.slot == slot)
-            .map(|(fd, _)| *fd)
-            .collect();
-        for fd in fds {
-            self.close(fd);
-        }
+        self.close_all(slot);
         self.inside.retain(|s| *s != slot);
         self.trace.push(format!("CRASH p{slot}"));
     }
@@ -379,9 +406,9 @@ impl State {
             return false;
         };
         let open = |lock: Option<bool>| {
-            self.ofds
-                .values()
-                .any(|o| o.ino == g && o.slot == slot && (lock.is_none() || o.lock == lock))
+            self.ofds.values().any(|o| {
+                o.ino == g && o.holders.contains(&slot) && (lock.is_none() || o.lock == lock)
+            })
         };
         open(Some(true)) || (self.no_flock && self.marked_by.get(&g) == Some(&slot) && open(None))
     }
@@ -449,8 +476,10 @@ impl World {
     pub(crate) fn finish(&self, slot: usize) {
         let mut st = self.lock();
         st.procs[slot].status = Status::Done;
-        // Its script is over: the process exits (its pid no longer runs).
+        // Its script is over: the process exits (its pid no longer runs, and what it still
+        // had open, a forked child's inherited descriptors, closes).
         st.procs[slot].alive = false;
+        st.close_all(slot);
         if st.turn == Some(slot) {
             st.turn = None;
         }

@@ -24,6 +24,12 @@ pub(crate) enum Script {
     /// published in it (removing a held lock would break any lock; removing everything else,
     /// waiters' candidates included, must break none).
     Cleaner,
+    /// A worker that forks once it holds the lock: the next process ([`Script::Forked`]) is
+    /// its child, with its descriptors (the beacon's flock shared) and a copy of its guard.
+    Forker { wait: Wait },
+    /// The child of the [`Script::Forker`] before it: drops its copy of the parent's guard,
+    /// which must do nothing, then waits for the lock (a while) like any other process.
+    Forked,
 }
 
 /// What a planted lock's record says.
@@ -94,7 +100,7 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
     match script {
         Script::Worker { rounds, wait } => {
             for _ in 0..rounds {
-                work(sys, &me, wait, grace, recovery);
+                work(sys, &me, wait, grace, recovery, None);
             }
             if recovery {
                 if let Err(e) = crate::sweep::sweep(&space(sys, &sys.lock_dir()), grace) {
@@ -133,12 +139,71 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
         }
         Script::Intruder => intrude(sys),
         Script::Planter(plant) => plant_lock(sys, plant),
+        Script::Forker { wait } => work(sys, &me, wait, grace, recovery, Some(sys.slot + 1)),
+        Script::Forked => forked(sys, &me, grace),
     }
+}
+
+/// The child of the forker in the slot before: waits for the fork (or for its parent to end
+/// without forking), drops the guard it inherited (nothing may happen to the lock), then
+/// waits for the lock itself, a while.
+fn forked(sys: &SimSys, me: &Identity, grace: Duration) {
+    let parent = sys.slot - 1;
+    let inherited = loop {
+        let watch = {
+            let st = sys.world.lock();
+            if let Some(i) = st.forks.get(&sys.slot) {
+                break i.clone();
+            }
+            if st.procs[parent].status == Status::Done || !st.procs[parent].alive {
+                return; // it never forked
+            }
+            SimWatch {
+                ino: PARENT,
+                epoch: st.inodes[&PARENT].epoch,
+                slot: Some(parent),
+                recheck: false,
+                lossy: false,
+            }
+        };
+        let _ = sys.sleep(Some(&watch), None, None);
+    };
+    let root = sys.lock_dir();
+    let acquirer = inherited.owner.pid;
+    let copy = crate::protocol::Held {
+        name: inherited.name,
+        owner: inherited.owner,
+        beacon: sys.dir(inherited.fd),
+        id: inherited.id,
+        reclaimed_from: None,
+        last_seen: None,
+    };
+    if let Err(e) = protocol::release(&space(sys, &root), copy, "sim", acquirer) {
+        report(
+            sys,
+            format!("p{}: dropping an inherited guard failed: {e}", sys.slot),
+        );
+    }
+    work(
+        sys,
+        me,
+        Wait::Timeout(Duration::from_secs(2)),
+        grace,
+        false,
+        None,
+    );
 }
 
 /// One round of a worker: acquire (in the current lock directory, re-opened if a cleaner
 /// removed it, as `Locks` does), a critical section with a scheduling point, release.
-fn work(sys: &SimSys, me: &Identity, wait: Wait, grace: Duration, recovery: bool) {
+fn work(
+    sys: &SimSys,
+    me: &Identity,
+    wait: Wait,
+    grace: Duration,
+    recovery: bool,
+    fork_to: Option<usize>,
+) {
     let mut options = Options::new(wait);
     options.grace = grace;
     let req = Request {
@@ -155,6 +220,9 @@ fn work(sys: &SimSys, me: &Identity, wait: Wait, grace: Duration, recovery: bool
     );
     match got {
         Ok((held, d)) => {
+            if let Some(child) = fork_to {
+                sys.fork(child, &held);
+            }
             enter(sys);
             // The critical section: a scheduling point where others may run.
             let _ = sys.meta_at(&d, OWNER_FILE);

@@ -13,6 +13,8 @@ pub(crate) struct SimSys {
 pub(crate) struct SimDir {
     pub(crate) world: Arc<World>,
     pub(crate) fd: u64,
+    /// The process whose descriptor it is.
+    pub(crate) slot: usize,
 }
 
 impl Drop for SimDir {
@@ -24,14 +26,13 @@ impl Drop for SimDir {
             let st = self.world.lock();
             st.ofds
                 .get(&self.fd)
-                .filter(|o| o.lock == Some(false))
-                .map(|o| o.slot)
+                .is_some_and(|o| o.lock == Some(false) && o.holders.contains(&self.slot))
         };
-        if let (Some(slot), false) = (prober, std::thread::panicking()) {
-            drop(self.world.yield_point(slot, Status::Ready));
+        if prober && !std::thread::panicking() {
+            drop(self.world.yield_point(self.slot, Status::Ready));
         }
         // A crashed process's descriptors were closed when it crashed.
-        self.world.lock().close(self.fd);
+        self.world.lock().close(self.fd, self.slot);
     }
 }
 
@@ -59,7 +60,35 @@ impl SimSys {
         SimDir {
             world: self.world.clone(),
             fd,
+            slot: self.slot,
         }
+    }
+
+    /// Forks: process `child` (a [`Script::Forked`] waiting for it) gets this process's
+    /// descriptors (the same open descriptions: their flocks are shared) and a copy of
+    /// `held`, the lock this process holds. (A child crashed before it is forked was never
+    /// born, nor one that is not there: nothing happens.)
+    pub(crate) fn fork(&self, child: usize, held: &crate::protocol::Held<SimSys>) {
+        self.call(&format!("fork p{child}"), |st, slot| {
+            if st.procs.get(child).is_none_or(|p| !p.alive) {
+                return;
+            }
+            for o in st.ofds.values_mut() {
+                if o.holders.contains(&slot) {
+                    o.holders.push(child);
+                }
+            }
+            st.forks.insert(
+                child,
+                Inherited {
+                    name: held.name.clone(),
+                    owner: held.owner.clone(),
+                    fd: held.beacon.fd,
+                    id: held.id,
+                },
+            );
+            st.bump(PARENT); // the child's wake-up
+        });
     }
 
     /// Opens the lock directory, making it (mode 0700) if a cleaner removed it, as

@@ -273,6 +273,26 @@ fn lost_notifications_never_wedge_a_waiter() {
     eprintln!("lost notifications: {steps} steps");
 }
 
+/// A holder that forks: its child shares the beacon's open description (its flock) and has a
+/// copy of the guard. The child dropping that copy does nothing to the lock; while the child
+/// lives, a crashed parent's lock stays held (the shared flock) and nobody enters beside the
+/// parent; the parent's release lets the waiters in although the child still holds a copy of
+/// the beacon; and once the child is gone too, a crashed parent's lock is reclaimed.
+#[test]
+fn a_forked_child_never_takes_its_parents_lock() {
+    let mut steps = 0;
+    for (no_flock, lossy) in [(false, false), (true, false), (false, true)] {
+        for wait in [Wait::Forever, Wait::Immediately] {
+            let mut scripts = vec![Script::Forker { wait }, Script::Forked];
+            scripts.extend(workers(1, Wait::Forever));
+            let mut cfg = config(scripts, Mutant::None);
+            (cfg.no_flock, cfg.lossy) = (no_flock, lossy);
+            steps += random(&cfg, 0..150);
+        }
+    }
+    eprintln!("forks: {steps} steps");
+}
+
 #[test]
 #[ignore = "soak: run with `cargo test --release --lib sim -- --ignored`"]
 fn soak_exhaustive_with_more_preemptions() {

@@ -12,11 +12,16 @@ use std::io;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+mod per_process;
 #[cfg(unix)]
 mod unix;
 #[cfg(windows)]
 mod windows;
 
+pub(crate) use per_process::PerProcess;
+
+#[cfg(all(unix, test))]
+pub(crate) use unix::finishes_in_a_fork;
 #[cfg(all(unix, feature = "tokio"))]
 pub(crate) use unix::{check_reactor, sleep_async};
 #[cfg(unix)]
@@ -143,8 +148,13 @@ impl Clock for Real {
     }
 
     fn monotonic(&self) -> Duration {
-        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        START.get_or_init(std::time::Instant::now).elapsed()
+        #[cfg(unix)]
+        return unix::monotonic();
+        #[cfg(windows)]
+        {
+            static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            START.get_or_init(std::time::Instant::now).elapsed()
+        }
     }
 
     fn token(&self) -> String {

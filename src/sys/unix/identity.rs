@@ -20,6 +20,11 @@ fn hostname() -> Option<String> {
 /// `pthread_atfork` child handler clears the cache in every forked child.
 static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// Whether that handler is registered: 0 not yet, 1 being registered, 2 registered. (An atomic
+/// rather than a `Once`: a child forked while another thread runs a `Once` would wait for it
+/// forever.)
+static ATFORK: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
 extern "C" fn forget_pid_in_child() {
     // Async-signal-safe: a relaxed atomic store.
     PID.store(0, Ordering::Relaxed);
@@ -30,15 +35,21 @@ pub(super) fn getpid() -> u32 {
     if cached != 0 {
         return cached;
     }
-    static ATFORK: std::sync::Once = std::sync::Once::new();
-    ATFORK.call_once(|| {
+    if ATFORK
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
         // SAFETY: registers a handler that only performs an atomic store; no prepare or parent
         // handler.
         unsafe { libc::pthread_atfork(None, None, Some(forget_pid_in_child)) };
-    });
+        ATFORK.store(2, Ordering::Release);
+    }
     // SAFETY: getpid has no preconditions and cannot fail.
     let pid = unsafe { libc::getpid() as u32 };
-    PID.store(pid, Ordering::Relaxed);
+    // Cached only once a forked child is sure to forget it (until then, asked each time).
+    if ATFORK.load(Ordering::Acquire) == 2 {
+        PID.store(pid, Ordering::Relaxed);
+    }
     pid
 }
 

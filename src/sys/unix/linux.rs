@@ -134,13 +134,14 @@ impl Watch {
 /// so instances are neither made per wait nor kept per thread). Waiters add a watch on the lock
 /// directory they wait for (shared, counted, when several wait for the same one), each with an
 /// eventfd of its own; whichever waiter finds the instance readable reads every queued event
-/// and wakes the waiters of the watches they name. A forked child makes its own instance.
+/// and wakes the waiters of the watches they name. A forked child makes its own instance (see
+/// [`PerProcess`]).
 mod inotify {
-    use super::super::{check, getpid, owned};
+    use super::super::{check, owned};
+    use crate::sys::PerProcess;
     use std::collections::HashMap;
     use std::ffi::CString;
     use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-    use std::sync::Mutex;
 
     /// The events that may mean a lock directory changed hands: the final close of the
     /// holder's beacon (its release or its death: the moment the kernel drops its flock), a
@@ -161,13 +162,16 @@ mod inotify {
     }
 
     struct Instance {
-        pid: u32,
         fd: OwnedFd,
         watches: HashMap<libc::c_int, Watched>,
         generations: u64,
     }
 
-    static INSTANCE: Mutex<Option<Instance>> = Mutex::new(None);
+    static INSTANCE: PerProcess<Option<Instance>> = PerProcess::new(none);
+
+    fn none() -> Option<Instance> {
+        None
+    }
 
     /// One waiter's share of a watch.
     #[derive(Debug)]
@@ -180,7 +184,7 @@ mod inotify {
     }
 
     fn lock() -> std::sync::MutexGuard<'static, Option<Instance>> {
-        INSTANCE.lock().unwrap_or_else(|e| e.into_inner())
+        INSTANCE.lock()
     }
 
     /// Watches the directory open as `dir` (through `/proc/self/fd/N`, so the very inode that
@@ -191,14 +195,11 @@ mod inotify {
             owned(check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }).ok()?);
         let path = CString::new(format!("/proc/self/fd/{dir}")).ok()?;
         let mut slot = lock();
-        let pid = getpid();
-        if slot.as_ref().is_none_or(|i| i.pid != pid) {
+        if slot.is_none() {
             // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
             let fd =
                 check(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) }).ok()?;
-            // A forked parent's instance is dropped here: only this process's copy closes.
             *slot = Some(Instance {
-                pid,
                 fd: owned(fd),
                 watches: HashMap::new(),
                 generations: 0,
@@ -244,7 +245,7 @@ mod inotify {
     /// look again: any of them may have missed its lock's release.
     pub(super) fn dispatch() {
         let mut slot = lock();
-        let Some(inst) = slot.as_mut().filter(|i| i.pid == getpid()) else {
+        let Some(inst) = slot.as_mut() else {
             return;
         };
         let mut buf = [0u8; 4096];

@@ -50,19 +50,11 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 
 /// The real operating system.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Real;
-
-/// Identity facts, cached per pid (a forked child reads its own).
-static IDENTITY: Mutex<Option<Identity>> = Mutex::new(None);
-
-/// The tokens this process wrote and is not done with, with the pid that wrote them (a forked
-/// child starts with none of its parent's).
-static TOKENS: Mutex<Option<(u32, std::collections::HashSet<String>)>> = Mutex::new(None);
 
 fn cstr(name: &str) -> io::Result<CString> {
     CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "name contains NUL"))
@@ -108,6 +100,19 @@ fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
             other => return other,
         }
     }
+}
+
+/// The monotonic clock (`CLOCK_MONOTONIC`): read without a lock or a one-time initializer,
+/// which a child forked while another thread ran it would wait for forever.
+pub(super) fn monotonic() -> Duration {
+    // SAFETY: timespec is plain data; all-zero is valid, and clock_gettime overwrites it.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and out-pointer; CLOCK_MONOTONIC cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// Resets the thread's `errno`, so that a null `readdir` can tell end-of-stream from error.
@@ -203,16 +208,7 @@ impl System for Real {
     type Watch = Watch;
 
     fn identity(&self) -> Identity {
-        let pid = getpid();
-        let mut cached = IDENTITY.lock().unwrap_or_else(|e| e.into_inner());
-        match &*cached {
-            Some(id) if id.pid == pid => id.clone(),
-            _ => {
-                let id = read_identity();
-                *cached = Some(id.clone());
-                id
-            }
-        }
+        super::per_process::identity(read_identity)
     }
 
     fn pid(&self) -> u32 {
@@ -220,25 +216,11 @@ impl System for Real {
     }
 
     fn own_token(&self, token: &str, own: bool) {
-        let pid = getpid();
-        let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
-        if tokens.as_ref().is_none_or(|(p, _)| *p != pid) {
-            *tokens = Some((pid, Default::default()));
-        }
-        let (_, set) = tokens.as_mut().expect("just made");
-        if own {
-            set.insert(token.to_owned());
-        } else {
-            set.remove(token);
-        }
+        super::per_process::own_token(token, own)
     }
 
     fn wrote(&self, token: &str) -> bool {
-        let pid = getpid();
-        let tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
-        tokens
-            .as_ref()
-            .is_some_and(|(p, set)| *p == pid && set.contains(token))
+        super::per_process::wrote(token)
     }
 
     fn open_dir_path(&self, path: &Path) -> io::Result<OwnedFd> {
@@ -501,6 +483,41 @@ pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
         NotDir => n == libc::ENOTDIR,
         Loop => n == libc::ELOOP,
         LockUnsupported => n == libc::ENOLCK || n == libc::EOPNOTSUPP || n == libc::ENOSYS,
+    }
+}
+
+/// Runs `f` in a forked child of this process (the calling thread's copy; the parent forgets
+/// `f`) and says whether the child finished within `limit`: a child that did not (it waits
+/// for a lock a thread of this process held at the fork) is killed. For the tests of what a
+/// forked child may touch.
+#[cfg(test)]
+pub(crate) fn finishes_in_a_fork(limit: Duration, f: impl FnOnce()) -> bool {
+    // SAFETY: the child runs only `f`, which tests make of drops and lock-free calls, and
+    // leaves through _exit without unwinding or running its parent's destructors.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        f();
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    std::mem::forget(f);
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: polls our own child; `status` is a valid out-pointer.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kills and reaps the child forked above.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

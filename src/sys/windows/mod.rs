@@ -460,28 +460,22 @@ fn pid() -> u32 {
     unsafe { GetCurrentProcessId() }
 }
 
-static IDENTITY: Mutex<Option<Identity>> = Mutex::new(None);
-static TOKENS: Mutex<Option<std::collections::HashSet<String>>> = Mutex::new(None);
-
 impl System for Real {
     type Dir = Dir;
     type Watch = Watch;
 
     fn identity(&self) -> Identity {
-        let mut cached = IDENTITY.lock().unwrap_or_else(|e| e.into_inner());
-        cached
-            .get_or_insert_with(|| {
-                let pid = pid();
-                Identity {
-                    pid,
-                    start_time: process_times(pid).map(|(_, t)| t),
-                    boot_id: None,
-                    host: hostname(),
-                    pid_namespace: None,
-                    uid: 0,
-                }
-            })
-            .clone()
+        super::per_process::identity(|| {
+            let pid = pid();
+            Identity {
+                pid,
+                start_time: process_times(pid).map(|(_, t)| t),
+                boot_id: None,
+                host: hostname(),
+                pid_namespace: None,
+                uid: 0,
+            }
+        })
     }
 
     fn pid(&self) -> u32 {
@@ -489,18 +483,11 @@ impl System for Real {
     }
 
     fn own_token(&self, token: &str, own: bool) {
-        let mut tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
-        let set = tokens.get_or_insert_with(Default::default);
-        if own {
-            set.insert(token.to_owned());
-        } else {
-            set.remove(token);
-        }
+        super::per_process::own_token(token, own)
     }
 
     fn wrote(&self, token: &str) -> bool {
-        let tokens = TOKENS.lock().unwrap_or_else(|e| e.into_inner());
-        tokens.as_ref().is_some_and(|set| set.contains(token))
+        super::per_process::wrote(token)
     }
 
     fn open_dir_path(&self, path: &Path) -> io::Result<Dir> {

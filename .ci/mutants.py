@@ -408,6 +408,14 @@ MUTANTS = [
      'self.capped = left.is_none_or(|l| l > LOOK_AGAIN);',
      'self.capped = false && left.is_none_or(|l| l > LOOK_AGAIN);',
      'lib', 'sim::tests::lost_notifications_never_wedge_a_waiter'),
+    ('held-beacon-of-a-dead-owner-unsaid', 'src/liveness.rs',
+     '            Some(false) if recorded_owner_gone(owner, me, probe) => Judgement::new(',
+     '            Some(false) if false && recorded_owner_gone(owner, me, probe) => Judgement::new(',
+     'cli', 'environment::a_lock_kept_by_a_dead_holders_child_says_who_keeps_it'),
+    ('this-process-by-pid-alone', 'src/error.rs',
+     '    if owner.pid == Real.pid() && Real.wrote(&owner.token) {',
+     '    if owner.pid == Real.pid() {',
+     'it', 'contention::a_record_with_our_pid_from_elsewhere_is_not_this_process'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',

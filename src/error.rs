@@ -320,9 +320,12 @@ impl From<Error> for io::Error {
     }
 }
 
-/// The holder in words: "this process (pid 42 ...)" when it is this very process.
+/// The holder in words: "this process (pid 42 ...)" when it is this very process: its pid and
+/// a token this process wrote (a pid alone may be a dead writer's, reused, or another pid
+/// namespace's).
 fn holder(owner: &Owner) -> String {
-    if owner.pid == std::process::id() {
+    use crate::sys::{Real, System};
+    if owner.pid == Real.pid() && Real.wrote(&owner.token) {
         format!("this process ({owner})")
     } else {
         owner.to_string()

@@ -7,7 +7,7 @@
 //! | --- | --- | --- |
 //! | 1 | host recorded and not ours, and boot id not recorded or not ours (another kernel) | unknown |
 //! | 2 | beacon recorded, and a shared `flock` on the lock directory is granted | dead by proof |
-//! | 2' | beacon recorded, and the `flock` is held (or cannot be probed) | live |
+//! | 2' | beacon recorded, and the `flock` is held (or cannot be probed) | live (when the recorded pid is gone, a process it started keeps the lock) |
 //! | 3 | boot id recorded and not ours | dead by evidence |
 //! | 4 | pid namespace recorded and not ours (or ours unreadable) | unknown |
 //! | 5 | the pid is this process's, and this process never wrote the token | dead by evidence (unknown if the record has no pid namespace) |
@@ -110,6 +110,13 @@ pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Jud
     if owner.has_beacon() {
         return match probe.beacon_free() {
             Some(true) => Judgement::new(DeadByProof, "nobody holds its beacon lock"),
+            Some(false) if recorded_owner_gone(owner, me, probe) => Judgement::new(
+                Live,
+                format!(
+                    "its recorded owner, pid {0}, has exited, but another process keeps the lock (one that pid {0} started, which inherited it)",
+                    owner.pid
+                ),
+            ),
             Some(false) => Judgement::new(Live, "its beacon lock is held"),
             None => Judgement::new(Live, "its beacon lock cannot be probed"),
         };
@@ -172,6 +179,23 @@ pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Jud
         };
     }
     Judgement::new(Live, format!("pid {} is running", owner.pid))
+}
+
+/// Whether the process a held beacon's record names is gone (the lock then lives on in one it
+/// started): asked only where its pid means what it says, in our pid namespace.
+fn recorded_owner_gone(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> bool {
+    if owner.pid_namespace.is_none() || owner.pid_namespace != me.pid_namespace {
+        return false;
+    }
+    match probe.process_alive(owner.pid) {
+        Some(false) => true,
+        Some(true) => owner.start_time.is_some_and(|recorded| {
+            probe
+                .start_time(owner.pid)
+                .is_some_and(|now| now != recorded)
+        }),
+        None => false,
+    }
 }
 
 #[cfg(test)]
@@ -328,6 +352,24 @@ mod tests {
             (
                 "2' beacon held",
                 full(true),
+                me(),
+                facts(Some(false), Some(true), Some(100)),
+                Live,
+                vec!["beacon", "kill", "start"],
+            ),
+            // 2' with its recorded owner gone: still live (a process it started keeps the
+            // beacon), said so in the reason (see `a_held_beacon_whose_owner_exited_says_so`).
+            (
+                "2' beacon held, recorded pid gone",
+                full(true),
+                me(),
+                facts(Some(false), Some(false), None),
+                Live,
+                vec!["beacon", "kill"],
+            ),
+            (
+                "2' beacon held, another namespace: the pid is not asked",
+                with(|o| o.pid_namespace = Some("pid:[2]".into()), true),
                 me(),
                 facts(Some(false), Some(false), None),
                 Live,
@@ -492,6 +534,27 @@ mod tests {
             let (got, used) = run(owner, me, facts);
             assert_eq!(got, want, "row {name}");
             assert_eq!(used, asked, "row {name}: probes used");
+        }
+    }
+
+    /// A held beacon whose recorded owner has exited (or whose pid now names a newer process)
+    /// is live, and the reason says who really keeps it.
+    #[test]
+    fn a_held_beacon_whose_owner_exited_says_so() {
+        for (alive, start) in [(Some(false), None), (Some(true), Some(101))] {
+            let mut f = Facts {
+                beacon_free: Some(false),
+                alive,
+                start,
+                ..Facts::default()
+            };
+            let j = judge(&full(true), &me(), &mut f);
+            assert_eq!(j.liveness, Liveness::Live);
+            assert!(
+                j.reason.contains("pid 42, has exited") && j.reason.contains("another process"),
+                "{}",
+                j.reason
+            );
         }
     }
 

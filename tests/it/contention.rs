@@ -146,3 +146,24 @@ fn closures_release_on_error_and_on_panic() {
     let r: Result<(), AppError> = fx.locks.with_repository_lock(fx.repo(), || Ok(()));
     assert!(r.is_ok());
 }
+
+/// A lock whose record names our pid but was written elsewhere (pid 1 of another pid
+/// namespace is every container's main process) is not "held by this process": this process
+/// is its holder only when it wrote the record. (A pid alone once made it so.)
+#[test]
+fn a_record_with_our_pid_from_elsewhere_is_not_this_process() {
+    let fx = Fixture::new();
+    let rec = format!(
+        r#"{{"pid":{},"token":"t-elsewhere","pid_namespace":"pid:[1]","beacon":false}}"#,
+        std::process::id()
+    );
+    plant(fx.dir(), "ns.lock", &rec, std::time::Duration::ZERO);
+    let err = fx.locks.named_lock("ns.lock").acquire().unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Locked { .. }), "{err:?}");
+    assert!(!msg.contains("this process"), "{msg}");
+    assert!(
+        msg.contains(&format!("pid {}", std::process::id())),
+        "{msg}"
+    );
+}

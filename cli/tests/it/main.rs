@@ -13,6 +13,7 @@ mod common;
 
 mod chaos;
 mod cli;
+mod environment;
 mod faults;
 mod hardening;
 mod interop;

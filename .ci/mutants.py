@@ -416,6 +416,14 @@ MUTANTS = [
      '    if owner.pid == Real.pid() && Real.wrote(&owner.token) {',
      '    if owner.pid == Real.pid() {',
      'it', 'contention::a_record_with_our_pid_from_elsewhere_is_not_this_process'),
+    ('held-line-judged-by-pid-alone', 'src/request.rs',
+     '                if let Some((pid, _)) = parents.iter().find(|(_, t)| *t == owner.token) {',
+     '                if let Some((pid, _)) = parents.iter().find(|(p, _)| *p == owner.pid) {',
+     'cli', 'environment::a_stale_held_line_with_a_reused_pid_names_no_one'),
+    ('held-variable-size-unchecked', 'src/guard.rs',
+     '        if size > crate::sys::MAX_VARIABLE {',
+     '        if false && size > crate::sys::MAX_VARIABLE {',
+     'cli', 'environment::a_held_variable_past_the_kernels_limit_is_named'),
     # Windows, under Wine (entries whose binary starts with "win-"; skipped where Wine or the
     # target is missing, unless DIRLOCK_TEST_REQUIRE_ALL=1).
     ('windows-beacon-shares-writing', 'src/sys/windows/mod.rs',

@@ -97,22 +97,52 @@ impl LockGuard {
     /// outlive the holder should also be tied to it (`dirlock run` has the kernel kill its
     /// command when it dies). The guard stays this process's: release it after the child has
     /// exited.
-    pub fn keep_alive_in(&self, cmd: &mut std::process::Command) {
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::name_in`] (`cmd` is then left as it was).
+    pub fn keep_alive_in(&self, cmd: &mut std::process::Command) -> Result<(), Error> {
+        self.name_in(cmd)?;
         crate::sys::keep_open_in_child(cmd, &self.held().beacon);
-        self.name_in(cmd);
+        Ok(())
     }
 
     /// Names this lock in `DIRLOCK_HELD` for the child that `cmd` spawns, so that a nested
     /// acquisition of the same lock there is refused ([`Error::HeldByParent`]) instead of
     /// waiting for its own parent; the child does not keep the lock alive (see
     /// [`LockGuard::keep_alive_in`] for that).
-    pub fn name_in(&self, cmd: &mut std::process::Command) {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidInput`] when the variable, with this lock's line added to what this
+    /// process inherited, would be longer than the system lets one variable be (Linux: 128
+    /// KiB; Windows: 32767 characters): the child could not be started (Linux says "Argument
+    /// list too long"). `cmd` is then left as it was.
+    pub fn name_in(&self, cmd: &mut std::process::Command) -> Result<(), Error> {
         let mut held = std::env::var(HELD_VAR).unwrap_or_default();
+        let inherited = held.lines().count();
         if !held.is_empty() && !held.ends_with('\n') {
             held.push('\n');
         }
-        held.push_str(&held_line(self.acquirer, self.dir_id, &self.held().name));
+        let h = self.held();
+        held.push_str(&held_line(
+            self.acquirer,
+            self.dir_id,
+            &h.owner.token,
+            &h.name,
+        ));
+        let size = HELD_VAR.len() + 1 + held.len() + 1; // NAME=value and its terminator
+        if size > crate::sys::MAX_VARIABLE {
+            return Err(Error::InvalidInput {
+                what: format!("the {HELD_VAR} environment variable"),
+                problem: format!(
+                    "with this lock's line added to what this process inherited ({inherited} line(s)), it would be {size} bytes, more than the {} the system allows one variable, and the command could not be started: if those lines were not meant for it, remove the variable from the environment (`env -u {HELD_VAR}`)",
+                    crate::sys::MAX_VARIABLE
+                ),
+            });
+        }
         cmd.env(HELD_VAR, held);
+        Ok(())
     }
 
     /// Releases the lock: checks that it is still ours, retires it to a tombstone, wakes

@@ -242,14 +242,14 @@ impl LockRequest {
         check_order(dir_id, name, found, t.family, lock_path, resource, who)?;
         let parents = held_by_parent(dir_id, name);
         if !parents.is_empty() {
-            // An ancestor said it runs us under this lock: if it still holds it, waiting
-            // would wait for ourselves.
+            // An ancestor said it runs us under this lock: if that very acquisition still
+            // holds it, waiting would wait for ourselves.
             if let Seen::Owned { owner, .. } = self.dir.space(dir).observe(name)? {
-                if parents.contains(&owner.pid) {
+                if let Some((pid, _)) = parents.iter().find(|(_, t)| *t == owner.token) {
                     return Err(Error::HeldByParent {
                         lock: lock_path.to_owned(),
                         resource: resource.to_owned(),
-                        pid: owner.pid,
+                        pid: *pid,
                     });
                 }
             }

@@ -164,11 +164,12 @@ fn spawn(guard: &LockGuard, opts: &RunOptions, command: &Program) -> Result<Chil
         }
         Program::Shell(script) => sys::shell(script),
     };
-    if opts.inherit {
-        guard.keep_alive_in(&mut cmd);
+    let named = if opts.inherit {
+        guard.keep_alive_in(&mut cmd)
     } else {
-        guard.name_in(&mut cmd);
-    }
+        guard.name_in(&mut cmd)
+    };
+    named.map_err(|e| Failure(explain(&e), 126))?;
     sys::unblock_forwarded_in_child(&mut cmd);
     // The command never outlives this process: were `dirlock run` killed (even by SIGKILL),
     // the kernel kills the command too, so no contender, whether it judges by the beacon or
@@ -184,9 +185,18 @@ fn spawn(guard: &LockGuard, opts: &RunOptions, command: &Program) -> Result<Chil
         } else {
             126
         };
-        Failure(
-            format!("cannot run {}: {e}", shown(Path::new(cmd.get_program()))),
-            code,
-        )
+        let program = shown(Path::new(cmd.get_program()));
+        let why = if sys::too_large(&e) {
+            // Not the command's fault: say what is large.
+            let env: usize = std::env::vars_os()
+                .map(|(k, v)| k.len() + v.len() + 2)
+                .sum();
+            format!(
+                "{e}: its arguments and environment (this process's is {env} bytes) are more than the system takes; shorten them, or remove variables it does not need (`env -u NAME`)"
+            )
+        } else {
+            e.to_string()
+        };
+        Failure(format!("cannot run {program}: {why}"), code)
     })
 }

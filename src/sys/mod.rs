@@ -33,6 +33,18 @@ pub(crate) use windows::{check_reactor, sleep_async};
 #[cfg(windows)]
 pub use windows::{CancelHandle, Real};
 
+/// The longest environment variable (`NAME=value` and its terminator) a spawned program can be
+/// given: Linux's `MAX_ARG_STRLEN` (32 pages of 4 KiB); Windows' 32767 characters (bytes
+/// here: a variable of ours is ASCII); elsewhere no bound of its own (only the whole
+/// environment's, which the spawn reports).
+pub(crate) const MAX_VARIABLE: usize = if cfg!(target_os = "linux") {
+    131_072
+} else if cfg!(windows) {
+    32_767
+} else {
+    usize::MAX
+};
+
 /// The real system's open directory.
 pub(crate) type RealDir = <Real as System>::Dir;
 

@@ -262,6 +262,11 @@ pub fn exit_status(code: i32) -> std::process::ExitCode {
 /// Nothing to do on Unix: the parent-death signal reaches only the command itself.
 pub fn command_exited() {}
 
+/// Whether a spawn failed because the arguments and environment are too large (`E2BIG`).
+pub fn too_large(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::E2BIG)
+}
+
 /// The command that runs `script` through the shell: `sh -c SCRIPT`.
 pub fn shell(script: &str) -> std::process::Command {
     let mut cmd = std::process::Command::new("sh");

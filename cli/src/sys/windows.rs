@@ -170,6 +170,12 @@ pub fn command_exited() {
     }
 }
 
+/// Whether a spawn failed because the command line and environment are too large: Windows
+/// says `ERROR_FILENAME_EXCED_RANGE` (206) for a command line over 32767 characters.
+pub fn too_large(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(206)
+}
+
 /// The command that runs `script` through the command interpreter: `%ComSpec%` (else
 /// `cmd.exe`) `/S /C "SCRIPT"`, the script passed as it is. (As an ordinary argument, its
 /// quotes would be escaped as `\"`, which `cmd` does not read; with `/S` it strips exactly

@@ -132,12 +132,11 @@ impl LockGuard {
             &h.name,
         ));
         let size = HELD_VAR.len() + 1 + held.len() + 1; // NAME=value and its terminator
-        if size > crate::sys::MAX_VARIABLE {
+        if let Some(max) = crate::sys::MAX_VARIABLE.filter(|max| size > *max) {
             return Err(Error::InvalidInput {
                 what: format!("the {HELD_VAR} environment variable"),
                 problem: format!(
-                    "with this lock's line added to what this process inherited ({inherited} line(s)), it would be {size} bytes, more than the {} the system allows one variable, and the command could not be started: if those lines were not meant for it, remove the variable from the environment (`env -u {HELD_VAR}`)",
-                    crate::sys::MAX_VARIABLE
+                    "with this lock's line added to what this process inherited ({inherited} line(s)), it would be {size} bytes, more than the {max} the system allows one variable, and the command could not be started: if those lines were not meant for it, remove the variable from the environment (`env -u {HELD_VAR}`)"
                 ),
             });
         }

@@ -19,7 +19,8 @@ Exit status:
        for `status`: held, or not free to take (dead within its grace period, unknown,
        malformed)
   126  the command could not be run; 127 the command was not found
-  128+N  the command was killed by signal N, or signal N ended `run`'s wait
+  128+N  the command was killed by signal N, or `run` was ended by signal N before the
+       command ran (while it waited, or as it started the command), as flock(1) is
   141  the output pipe was closed (as for a tool killed by SIGPIPE)";
 #[cfg(windows)]
 pub(crate) const EXIT_STATUS: &str = "\
@@ -48,25 +49,36 @@ pub(crate) enum Cmd {
     /// Take the lock, run a command, release the lock; exit with the command's status.
     #[cfg_attr(
         any(target_os = "linux", target_os = "freebsd"),
-        doc = "\n\nWhile it waits, SIGINT, SIGTERM and SIGHUP (Ctrl-C included) abandon the \
-        wait and exit 128+N without running the command. Once it runs, those signals sent to \
-        `dirlock run` are forwarded to it. The command never outlives `dirlock run`: if \
-        `dirlock run` is killed (even by SIGKILL), the kernel kills the command too. The \
-        command inherits the lock's beacon (unless -o), so what it leaves running in the \
-        background keeps the lock held. It finds the lock named in DIRLOCK_HELD, so that a \
-        nested `dirlock run` (or library call) for the same lock is refused instead of waiting \
-        for its own parent."
+        doc = "\n\nWhile it waits, a signal that would end it (SIGINT, Ctrl-C included, \
+        SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2) abandons the wait, leaves \
+        nothing behind, and ends `dirlock run` as it would have (the shell sees 128+N), \
+        without running the command, as with flock(1); one that comes as the command is being \
+        started keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
+        script's background job) stay ignored, and reach the command ignored. Once the \
+        command runs, those signals sent to `dirlock run` are forwarded to it. The command \
+        never outlives `dirlock run`: if `dirlock run` is killed (even by SIGKILL), the kernel \
+        kills the command too, unless the command changes its user or group (sudo, su, \
+        setpriv, a daemon dropping privileges) or runs a set-user-ID program, which takes that \
+        away: such a command runs on, holding the lock only through the beacon it inherited \
+        (not at all with -o). The command inherits the lock's beacon (unless -o), so what it \
+        leaves running in the background keeps the lock held. It finds the lock named in \
+        DIRLOCK_HELD, so that a nested `dirlock run` (or library call) for the same lock is \
+        refused instead of waiting for its own parent."
     )]
     #[cfg_attr(
         all(unix, not(any(target_os = "linux", target_os = "freebsd"))),
-        doc = "\n\nWhile it waits, SIGINT, SIGTERM and SIGHUP (Ctrl-C included) abandon the \
-        wait and exit 128+N without running the command. Once it runs, those signals sent to \
-        `dirlock run` are forwarded to it. The command inherits the lock's beacon (unless -o), \
-        so the lock stays held while it, or anything it left running in the background, is \
-        alive, also if `dirlock run` is killed: this kernel (unlike Linux's and FreeBSD's) \
-        cannot kill the command with it. It finds the lock named in DIRLOCK_HELD, so that a \
-        nested `dirlock run` (or library call) for the same lock is refused instead of \
-        waiting for its own parent."
+        doc = "\n\nWhile it waits, a signal that would end it (SIGINT, Ctrl-C included, \
+        SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2) abandons the wait, leaves \
+        nothing behind, and ends `dirlock run` as it would have (the shell sees 128+N), \
+        without running the command, as with flock(1); one that comes as the command is being \
+        started keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
+        script's background job) stay ignored, and reach the command ignored. Once the \
+        command runs, those signals sent to `dirlock run` are forwarded to it. The command \
+        inherits the lock's beacon (unless -o), so the lock stays held while it, or anything \
+        it left running in the background, is alive, also if `dirlock run` is killed: this \
+        kernel (unlike Linux's and FreeBSD's) cannot kill the command with it. It finds the \
+        lock named in DIRLOCK_HELD, so that a nested `dirlock run` (or library call) for the \
+        same lock is refused instead of waiting for its own parent."
     )]
     #[cfg_attr(
         windows,
@@ -112,9 +124,12 @@ pub(crate) enum Cmd {
         shell: Option<String>,
         #[cfg_attr(
             any(target_os = "linux", target_os = "freebsd"),
-            doc = "The command does not inherit the beacon. Were `dirlock run` killed, the \
-            command dies with it, but what it left running in the background would keep the \
-            lock held (never reclaimed) until it ends; with -o the lock is reclaimable at once."
+            doc = "The command does not inherit the beacon: what it leaves running in the \
+            background does not keep the lock held (without -o it would, never reclaimed, until \
+            it ends). Were `dirlock run` killed, the command dies with it, unless it changed its \
+            user or group (sudo, su, setpriv, a daemon) or ran a set-user-ID program: such a \
+            command runs on, and with -o nothing holds the lock while it does (the next \
+            contender takes it). Do not use -o for such a command."
         )]
         #[cfg_attr(
             all(unix, not(any(target_os = "linux", target_os = "freebsd"))),

@@ -17,10 +17,13 @@ use std::sync::{Arc, Mutex};
 pub(crate) enum Phase {
     /// Finding the lock directory: nothing is held yet, a signal ends `run` at once.
     Setup,
-    /// Taking the lock: a signal abandons the wait (the first one is kept).
+    /// Taking the lock: a signal abandons the wait (the first one is kept), and `run` dies of
+    /// it once nothing is left behind.
     Waiting(Option<i32>),
     /// The lock is held and the command being started: a signal (a terminal's included: the
-    /// command may not exist yet to receive it) is kept, and passed on once it does.
+    /// command may not exist yet to receive it) shuts the gate, so that the command never
+    /// starts, and is kept: `run` releases and dies of it, or, the command past the gate
+    /// already, passes it on.
     Starting(Option<i32>),
     /// The command runs: signals other processes send are forwarded to it.
     Running(u32),
@@ -53,15 +56,20 @@ pub(crate) fn run(
     opts: &RunOptions,
     command: &Program,
 ) -> Result<ExitCode, Failure> {
-    // Before any thread starts: SIGINT, SIGTERM and SIGHUP are received by a thread of ours,
-    // not by their default handlers. While the lock is awaited they abandon the wait (nothing
-    // is left behind and nothing runs: exit 128+N, as flock(1) does); once the command runs
-    // they are forwarded to it (and `dirlock run` itself waits for it and releases).
+    // Before any thread starts: the signals that would end us (SIGINT, SIGTERM, SIGHUP,
+    // SIGQUIT, SIGUSR1, ...; those the caller made ignored stay ignored) are received by a
+    // thread of ours, not by their default actions. While the lock is awaited they abandon the
+    // wait, and once nothing is left behind we die of them (nothing runs, as with flock(1));
+    // one that comes before the command has started keeps it from starting; once it runs they
+    // are forwarded to it (and `dirlock run` itself waits for it and releases).
     sys::block_forwarded_signals().map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
     let cancel =
         Cancel::new().map_err(|e| Failure(format!("cannot make a cancel handle: {e}"), 1))?;
+    let gate = Arc::new(
+        sys::StartGate::new().map_err(|e| Failure(format!("cannot make a pipe: {e}"), 1))?,
+    );
     let phase = Arc::new(Mutex::new(Phase::Setup));
-    handle_signals(&phase, &cancel);
+    handle_signals(&phase, &cancel, &gate);
     let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
     let req = select(sel)?;
     *lock_phase() = Phase::Waiting(None);
@@ -71,21 +79,31 @@ pub(crate) fn run(
         let mut phase = lock_phase();
         if let Phase::Waiting(Some(sig)) = *phase {
             drop(acquired); // got it just as the signal came: released, nothing runs
-            return Ok(ExitCode::from(128 + sig.clamp(0, 127) as u8));
+            sys::die_by(sig);
         }
         *phase = Phase::Starting(None);
     }
     let guard = acquired?;
-    let mut child = match spawn(&guard, opts, command) {
+    let spawned = spawn(&guard, opts, command, &gate);
+    // A signal that came while the command was being started: it stopped the command at the
+    // gate (or, the gate passed already, the command gets it below).
+    let stopped = match (&spawned, &*lock_phase()) {
+        (Err(_), Phase::Starting(Some(sig))) => Some(*sig),
+        _ => None,
+    };
+    let mut child = match spawned {
         Ok(c) => c,
         Err(failure) => {
             let _ = guard.release();
+            if let Some(sig) = stopped {
+                sys::die_by(sig);
+            }
             return Err(failure);
         }
     };
     let pending = std::mem::replace(&mut *lock_phase(), Phase::Running(child.id()));
     if let Phase::Starting(Some(sig)) = pending {
-        // It came while the command was being started: the command may have missed it.
+        // It came after the command passed the gate: it may have missed it.
         sys::send_signal(child.id(), sig);
     }
     let status = child.wait();
@@ -103,18 +121,20 @@ pub(crate) fn run(
     Ok(sys::exit_status(code))
 }
 
-/// Starts the thread that receives SIGINT, SIGTERM and SIGHUP, and does what the phase asks.
-fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel) {
-    let (phase, cancel) = (phase.clone(), cancel.clone());
+/// Starts the thread that receives the signals that would end us, and does what the phase
+/// asks.
+fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel, gate: &Arc<sys::StartGate>) {
+    let (phase, cancel, gate) = (phase.clone(), cancel.clone(), gate.clone());
     sys::on_signals(move |sig, from_process| {
         match &mut *phase.lock().unwrap_or_else(|e| e.into_inner()) {
-            Phase::Setup => std::process::exit(128 + sig),
+            Phase::Setup => sys::die_by(sig),
             Phase::Waiting(first) => {
                 first.get_or_insert(sig);
                 cancel.cancel();
             }
             Phase::Starting(pending) => {
                 pending.get_or_insert(sig);
+                gate.shut();
             }
             // A terminal's Ctrl-C or hangup reached the command already (same process
             // group): only what another process sent us is passed on.
@@ -155,7 +175,12 @@ fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure
 
 /// Starts the command under the lock: with its beacon (unless -o) and its name in
 /// `DIRLOCK_HELD`, the forwarded signals unblocked, and tied to our life.
-fn spawn(guard: &LockGuard, opts: &RunOptions, command: &Program) -> Result<Child, Failure> {
+fn spawn(
+    guard: &LockGuard,
+    opts: &RunOptions,
+    command: &Program,
+    gate: &sys::StartGate,
+) -> Result<Child, Failure> {
     let mut cmd = match command {
         Program::Argv(argv) => {
             let mut cmd = std::process::Command::new(&argv[0]);
@@ -179,7 +204,13 @@ fn spawn(guard: &LockGuard, opts: &RunOptions, command: &Program) -> Result<Chil
             "warning: the command is not tied to this process ({why}): were `dirlock run` killed, the command would run on without the lock"
         ));
     }
+    // Last, just before the exec: a stop signal that came meanwhile keeps the command from
+    // starting.
+    gate.guard(&mut cmd);
     cmd.spawn().map_err(|e| {
+        if sys::StartGate::stopped(&e) {
+            return Failure("stopped before the command started".into(), 1);
+        }
         let code = if e.kind() == std::io::ErrorKind::NotFound {
             127
         } else {

@@ -37,12 +37,12 @@ pub use windows::{CancelHandle, Real};
 /// given: Linux's `MAX_ARG_STRLEN` (32 pages of 4 KiB); Windows' 32767 characters (bytes
 /// here: a variable of ours is ASCII); elsewhere no bound of its own (only the whole
 /// environment's, which the spawn reports).
-pub(crate) const MAX_VARIABLE: usize = if cfg!(target_os = "linux") {
-    131_072
+pub(crate) const MAX_VARIABLE: Option<usize> = if cfg!(target_os = "linux") {
+    Some(131_072)
 } else if cfg!(windows) {
-    32_767
+    Some(32_767)
 } else {
-    usize::MAX
+    None
 };
 
 /// The real system's open directory.

@@ -289,6 +289,15 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// An exit status as a shell reports it: the code, or 128 + the signal that ended it.
+pub fn shell_status(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or(status.signal().map(|n| 128 + n))
+        .unwrap_or(-1)
+}
+
 /// Waits up to `limit` for `cond`; returns whether it came true.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = std::time::Instant::now() + limit;

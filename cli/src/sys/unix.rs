@@ -1,5 +1,5 @@
-//! Unix: signal plumbing for `dirlock run` (receiving and forwarding SIGINT, SIGTERM and
-//! SIGHUP) and tying the command's life to ours.
+//! Unix: signal plumbing for `dirlock run` (receiving the signals that would end it, ending a
+//! wait or forwarding them, dying of them) and tying the command's life to ours.
 //!
 //! | | receiving signals | who sent one | the command dies with us |
 //! | --- | --- | --- | --- |
@@ -9,6 +9,8 @@
 #![allow(unsafe_code)]
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Turns a `-1` return into the thread's `errno`.
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -19,8 +21,43 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// The signals a wrapper forwards to its child.
-const FORWARDED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// The signals `dirlock run` acts on: those that end a process by default and that another
+/// process (or a terminal) sends, as they end flock(1). While it waits, one abandons the wait,
+/// and `run` dies of it once nothing is left behind; while the command runs, it is forwarded.
+const FORWARDED: [libc::c_int; 8] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// Which of [`FORWARDED`] this process acts on (a bit per signal number): all but those its
+/// caller made ignored (`nohup`, `trap ''`, a script's background job), which stay ignored, as
+/// they do for flock(1), and reach the command ignored. Set once, before any thread starts.
+static HANDLED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the caller made `sig` ignored. SIGPIPE cannot be told: Rust's runtime ignores it
+/// itself before `main`, whatever the caller did, so it counts as not ignored.
+fn ignored_by_the_caller(sig: libc::c_int) -> bool {
+    if sig == libc::SIGPIPE {
+        return false;
+    }
+    // SAFETY: sigaction is plain data; all-zero is valid, and sigaction overwrites it.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: a query (no new action) into a valid out-pointer.
+    let ok = unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0;
+    ok && old.sa_sigaction == libc::SIG_IGN
+}
+
+/// The signals this process acts on (see [`HANDLED`]).
+fn handled() -> impl Iterator<Item = libc::c_int> {
+    let bits = HANDLED.load(Ordering::Relaxed);
+    FORWARDED.into_iter().filter(move |s| bits & (1 << s) != 0)
+}
 
 fn forwarded_set() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initializes it before use.
@@ -28,16 +65,16 @@ fn forwarded_set() -> libc::sigset_t {
     // SAFETY: `set` is a valid sigset_t; the signal numbers are valid.
     unsafe {
         libc::sigemptyset(&mut set);
-        for s in FORWARDED {
+        for s in handled() {
             libc::sigaddset(&mut set, s);
         }
     }
     set
 }
 
-/// Makes SIGINT, SIGTERM and SIGHUP reach [`on_signals`] rather than their default actions.
-/// Call it first thing in `main`, before any thread exists. Spawn children with
-/// [`unblock_forwarded_in_child`].
+/// Makes the signals of [`FORWARDED`] that the caller did not make ignored reach
+/// [`on_signals`] rather than their default actions. Call it first thing in `main`, before any
+/// thread exists. Spawn children with [`unblock_forwarded_in_child`].
 ///
 /// Where `sigwaitinfo` exists (Linux, FreeBSD) the signals are blocked in the calling thread
 /// (and every thread it starts later) and a thread of [`on_signals`] takes them. On macOS a
@@ -47,6 +84,11 @@ fn forwarded_set() -> libc::sigset_t {
 ///
 /// When `pthread_sigmask` fails (or, on macOS, the pipe or `sigaction`).
 pub fn block_forwarded_signals() -> io::Result<()> {
+    let bits = FORWARDED
+        .into_iter()
+        .filter(|s| !ignored_by_the_caller(*s))
+        .fold(0u64, |b, s| b | 1 << s);
+    HANDLED.store(bits, Ordering::Relaxed);
     #[cfg(not(target_os = "macos"))]
     {
         let set = forwarded_set();
@@ -81,8 +123,8 @@ pub fn unblock_forwarded_in_child(cmd: &mut std::process::Command) {
     }
 }
 
-/// Starts a thread that receives every SIGINT, SIGTERM and SIGHUP (see
-/// [`block_forwarded_signals`]) and calls `handler(signal, from_process)`, where
+/// Starts a thread that receives every signal [`block_forwarded_signals`] took over and calls
+/// `handler(signal, from_process)`, where
 /// `from_process` says whether another process sent it with `kill` (rather than the kernel,
 /// for a terminal's Ctrl-C or hangup, which reaches the whole foreground process group).
 pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
@@ -130,7 +172,7 @@ fn sent_by_process(info: &libc::siginfo_t) -> bool {
 /// sent it (two bytes, atomically) to a pipe, and the signal thread reads them in order.
 #[cfg(target_os = "macos")]
 mod handler {
-    use super::{check, FORWARDED};
+    use super::{check, handled};
     use std::io;
     use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -168,7 +210,7 @@ mod handler {
         check(unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) })?;
         READ.store(fds[0], Ordering::Relaxed);
         WRITE.store(fds[1], Ordering::Relaxed);
-        for sig in FORWARDED {
+        for sig in handled() {
             // SAFETY: sigaction is plain data; all-zero (an empty mask) is valid.
             let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
             action.sa_sigaction = record as *const () as libc::sighandler_t;
@@ -192,6 +234,82 @@ mod handler {
                 _ => return None,
             }
         }
+    }
+}
+
+/// Ends this process by signal `sig`, as its default action would have (the shell sees
+/// 128+`sig`, and a script's loop stops on Ctrl-C as it does for flock(1)): called once
+/// nothing is left behind. Should the signal not end it, it exits with 128+`sig`.
+pub fn die_by(sig: i32) -> ! {
+    // SAFETY: plain signal calls on a valid signal number: its default action, unblocked in
+    // this thread, then raised in it.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    std::process::exit(128 + sig)
+}
+
+/// A gate the command passes between its fork and its exec: once [`StartGate::shut`] (a stop
+/// signal came while it was being started), a command not yet past it never starts, and its
+/// spawn fails with an error that [`StartGate::stopped`] recognises.
+pub struct StartGate {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl StartGate {
+    /// An open gate: a pipe (close-on-exec; its read end non-blocking).
+    ///
+    /// # Errors
+    ///
+    /// When the pipe cannot be made (out of descriptors).
+    pub fn new() -> io::Result<StartGate> {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` is a valid array of two descriptors for pipe to fill.
+        check(unsafe { libc::pipe(fds.as_mut_ptr()) })?;
+        // SAFETY: both descriptors were just made and are owned by nothing else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        for fd in [&read, &write] {
+            // SAFETY: the descriptor is open and ours.
+            check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) })?;
+        }
+        // SAFETY: the descriptor is open and ours.
+        check(unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) })?;
+        Ok(StartGate { read, write })
+    }
+
+    /// Shuts the gate (from the signal thread).
+    pub fn shut(&self) {
+        // SAFETY: writes one byte from a live array to our pipe; a full pipe (impossible
+        // here: one byte per run) would only lose a byte that is already there.
+        unsafe { libc::write(self.write.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+    }
+
+    /// Makes the command `cmd` spawns pass the gate last, just before its exec.
+    pub fn guard(&self, cmd: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
+        let fd = self.read.as_raw_fd();
+        // SAFETY: the closure runs in the child between fork and exec and only reads one byte
+        // (read is async-signal-safe) from a descriptor the child inherited.
+        unsafe {
+            cmd.pre_exec(move || {
+                let mut byte = 0u8;
+                if libc::read(fd, (&mut byte as *mut u8).cast(), 1) == 1 {
+                    return Err(io::Error::from_raw_os_error(libc::ECANCELED));
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// Whether a spawn failed at the shut gate (the command never started).
+    pub fn stopped(e: &io::Error) -> bool {
+        e.raw_os_error() == Some(libc::ECANCELED)
     }
 }
 

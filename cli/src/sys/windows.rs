@@ -79,6 +79,37 @@ pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
     });
 }
 
+/// Ends this process with 128+`sig` (Windows has no death by signal).
+pub fn die_by(sig: i32) -> ! {
+    std::process::exit(128 + sig)
+}
+
+/// No gate on Windows: a command is created whole, and a Ctrl-C that comes while it is being
+/// started reaches it from the console once it is attached.
+pub struct StartGate;
+
+impl StartGate {
+    /// The gate that stops nothing.
+    ///
+    /// # Errors
+    ///
+    /// Never.
+    pub fn new() -> io::Result<StartGate> {
+        Ok(StartGate)
+    }
+
+    /// Nothing to shut.
+    pub fn shut(&self) {}
+
+    /// Nothing to pass.
+    pub fn guard(&self, _cmd: &mut std::process::Command) {}
+
+    /// Never: nothing stops a spawn here.
+    pub fn stopped(_e: &io::Error) -> bool {
+        false
+    }
+}
+
 /// Windows cannot send one process a signal: nothing is done. (A Ctrl-C that comes while the
 /// command is being started reaches the command itself once it is attached to the console.)
 pub fn send_signal(_pid: u32, _sig: i32) {}

@@ -6,6 +6,7 @@ use crate::common::*;
 use crate::BIN;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn dirlock_in(dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(BIN);
@@ -140,4 +141,270 @@ fn a_held_variable_past_the_kernels_limit_is_named() {
     );
     assert!(!said(&o).contains("Argument list too long"), "{}", said(&o));
     assert_eq!(fx.entries(), Vec::<String>::new(), "nothing left behind");
+}
+
+// ---- Signals the caller set -----------------------------------------------------------------
+
+/// The signals a process has ignored (`/proc/PID/status`'s `SigIgn` mask).
+fn ignored_by(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .unwrap()
+        .trim();
+    u64::from_str_radix(mask, 16).unwrap()
+}
+
+/// Signals the caller made ignored stay ignored while `dirlock run` waits, and reach the
+/// command ignored, as with flock(1): `nohup dirlock run --wait`, a subshell's `trap ''` and a
+/// script's background job (whose SIGINT and SIGQUIT the shell ignores). (They abandoned the
+/// wait, 129 or 130, and the job never ran.)
+#[test]
+fn signals_the_caller_ignored_stay_ignored_while_waiting() {
+    for (how, sig) in [
+        ("trap '' HUP; exec", libc::SIGHUP),
+        ("trap '' INT; exec", libc::SIGINT),
+        ("", libc::SIGINT), // a background job: `... &`
+        ("", libc::SIGQUIT),
+    ] {
+        let fx = Fixture::new();
+        let holder = Holder::start(fx.dir(), &["--lock", "i.lock"]);
+        let ignored = fx.tmp.path().join("ignored");
+        let run = format!(
+            "{BIN} run --dir {} --lock i.lock --wait -- sh -c 'grep SigIgn /proc/$$/status > {}'",
+            fx.dir().display(),
+            ignored.display()
+        );
+        let script = if how.is_empty() {
+            format!(
+                "{run} & echo $! > {0}.pid.tmp && mv {0}.pid.tmp {0}.pid; wait $!",
+                ignored.display()
+            )
+        } else {
+            format!(
+                "echo $$ > {0}.pid.tmp && mv {0}.pid.tmp {0}.pid; {how} {run}",
+                ignored.display()
+            )
+        };
+        let mut shell = ChildGuard::spawn(Command::new("sh").arg("-c").arg(&script));
+        let pid = read_pid(&fx.tmp.path().join("ignored.pid"));
+        assert!(eventually(Duration::from_secs(20), || fx
+            .entries()
+            .iter()
+            .any(|e| e.contains(".candidate."))));
+        assert_ne!(
+            ignored_by(pid) & (1 << (sig - 1)),
+            0,
+            "{how:?}: the caller ignores it"
+        );
+        assert!(signal(pid, sig));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            alive(pid),
+            "{how:?}: SIG{sig}, ignored by the caller, ended the wait"
+        );
+        holder.release();
+        let status = shell.wait_for(Duration::from_secs(20));
+        assert_eq!(status.map(shell_status), Some(0), "{how:?}");
+        let mask = std::fs::read_to_string(&ignored).unwrap();
+        let mask = u64::from_str_radix(mask.trim_start_matches("SigIgn:").trim(), 16).unwrap();
+        assert_ne!(
+            mask & (1 << (sig - 1)),
+            0,
+            "{how:?}: the command got SIG{sig} ignored"
+        );
+    }
+}
+
+/// A stop signal that comes after the lock is taken but before the command starts means it
+/// never starts (it is never executed): `dirlock run` releases the lock and dies of the
+/// signal. (The signal was forwarded to a command started anyway: one that ignores SIGTERM
+/// ran to its end.) Needs strace, to hold the command between its fork and its exec.
+#[test]
+fn a_stop_signal_before_the_command_starts_means_it_never_starts() {
+    if lacks(
+        "environment::a_stop_signal_before_the_command_starts_means_it_never_starts",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let ran = fx.tmp.path().join("ran");
+    let trace = fx.tmp.path().join("trace");
+    // The child's prctl (its death signal, set between fork and exec) takes two seconds.
+    let mut run = ChildGuard::spawn(
+        Command::new("strace")
+            .args(["-f", "-e", "trace=prctl,execve", "-o"])
+            .arg(&trace)
+            .args(["-e", "inject=prctl:delay_enter=2s"])
+            .arg(BIN)
+            .args(["run", "--dir"])
+            .arg(fx.dir())
+            .args(["--lock", "g.lock", "--", "sh", "-c"])
+            .arg(format!("trap '' TERM; touch {}; sleep 3", ran.display())),
+    );
+    let record = fx.dir().join("g.lock").join("owner.json");
+    assert!(eventually(Duration::from_secs(20), || record.exists()));
+    let pid: u32 = String::from_utf8(std::fs::read(&record).unwrap())
+        .unwrap()
+        .split("\"pid\":")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300)); // inside the delay
+    assert!(signal(pid, libc::SIGTERM));
+    let status = run.wait_for(Duration::from_secs(20));
+    assert!(status.is_some(), "dirlock run did not end");
+    std::thread::sleep(Duration::from_millis(300));
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let execs = trace.lines().filter(|l| l.contains("execve(")).count();
+    assert_eq!(
+        execs, 1,
+        "the command was executed after the stop signal:\n{trace}"
+    );
+    assert!(!ran.exists(), "the command ran");
+    assert_eq!(
+        fx.entries(),
+        Vec::<String>::new(),
+        "the lock was not released"
+    );
+}
+
+/// A signal that comes once the command is past the gate, while it is being executed, is not
+/// lost: the command gets it as soon as it runs. (strace holds the command's exec.)
+#[test]
+fn a_signal_while_the_command_is_being_executed_reaches_it() {
+    if lacks(
+        "environment::a_signal_while_the_command_is_being_executed_reaches_it",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let out_file = fx.tmp.path().join("out");
+    // The second execve (the first is `dirlock run`'s own) takes two seconds.
+    let mut run = ChildGuard::spawn(
+        Command::new("strace")
+            .args(["-f", "-e", "trace=execve", "-o", "/dev/null"])
+            .args(["-e", "inject=execve:delay_enter=2s:when=2"])
+            .arg(BIN)
+            .args(["run", "--dir"])
+            .arg(fx.dir())
+            .args(["--lock", "e.lock", "--", "sh", "-c"])
+            .arg(format!(
+                "echo started > {0}; sleep 3; echo finished >> {0}",
+                out_file.display()
+            )),
+    );
+    let record = fx.dir().join("e.lock").join("owner.json");
+    assert!(eventually(Duration::from_secs(20), || record.exists()));
+    let pid: u32 = String::from_utf8(std::fs::read(&record).unwrap())
+        .unwrap()
+        .split("\"pid\":")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500)); // inside the exec
+    assert!(signal(pid, libc::SIGINT));
+    let status = run.wait_for(Duration::from_secs(20));
+    assert_eq!(status.map(shell_status), Some(130), "the SIGINT was lost");
+    let out = std::fs::read_to_string(&out_file).unwrap_or_default();
+    assert!(
+        !out.contains("finished"),
+        "the command ran to its end: {out:?}"
+    );
+}
+
+// ---- -o and a command that changes its user -------------------------------------------------
+
+/// A command that changes its user clears the kernel's parent-death signal: it outlives a
+/// SIGKILLed `dirlock run`. Without -o it keeps the lock held (through the beacon it
+/// inherited); with -o nothing holds the lock while it runs on, and the help says exactly that
+/// (it said the command dies with its wrapper). Needs root (to change user) and setpriv.
+#[test]
+fn a_command_that_changes_its_user_outlives_its_wrapper_as_the_help_says() {
+    let help = out({
+        let mut c = Command::new(BIN);
+        c.args(["run", "--help"]);
+        c
+    });
+    let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("with -o nothing holds the lock while it does"),
+        "the -o help does not say what holds: {help}"
+    );
+    if lacks(
+        "environment::a_command_that_changes_its_user_outlives_its_wrapper_as_the_help_says",
+        "root and setpriv",
+        is_root() && have("setpriv"),
+    ) {
+        return;
+    }
+    for no_inherit in [false, true] {
+        let fx = Fixture::new();
+        // Where the command, as uid 65534, writes its pid: a directory open to all, in one
+        // others may enter but not write (so the lock directory beside it stays safe).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(fx.tmp.path(), PermissionsExt::from_mode(0o711)).unwrap();
+        let open = fx.tmp.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, PermissionsExt::from_mode(0o1777)).unwrap();
+        let pidfile = open.join("pid");
+        let mut args = vec!["run", "--lock", "u.lock"];
+        if no_inherit {
+            args.push("-o");
+        }
+        let script = format!(
+            "echo $$ > {0}.tmp && mv {0}.tmp {0}; exec sleep 300",
+            pidfile.display()
+        );
+        args.extend([
+            "--",
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]);
+        args.extend(["sh", "-c", &script]);
+        let mut wrapper = ChildGuard::spawn(dirlock_in(fx.dir(), &args));
+        let command = PidGuard(read_pid(&pidfile));
+        wrapper.0.kill().unwrap();
+        wrapper.0.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            alive(command.0),
+            "-o {no_inherit}: the command died with its wrapper"
+        );
+        let o = out(dirlock_in(
+            fx.dir(),
+            &["run", "-n", "--lock", "u.lock", "--", "true"],
+        ));
+        if no_inherit {
+            assert_eq!(
+                o.status.code(),
+                Some(0),
+                "-o: nothing holds the lock: {}",
+                said(&o)
+            );
+        } else {
+            assert_eq!(
+                o.status.code(),
+                Some(75),
+                "the beacon holds it: {}",
+                said(&o)
+            );
+        }
+    }
 }

@@ -239,6 +239,9 @@ fn hostile_tokens_neither_wedge_nor_spin() {
 
 // ---- 5. Signals abandon a wait ------------------------------------------------------------
 
+/// Any signal that ends a process by default abandons a wait: nothing is left behind (no
+/// candidate until a sweep), nothing runs, and `dirlock run` dies of the signal, as flock(1)
+/// does (SIGQUIT and SIGUSR1 once killed it with its candidate left; SIGPIPE was ignored).
 #[test]
 fn signals_abandon_a_wait_and_run_nothing() {
     for (sig, code, how) in [
@@ -246,6 +249,11 @@ fn signals_abandon_a_wait_and_run_nothing() {
         (libc::SIGINT, 130, "--wait"),
         (libc::SIGHUP, 129, "--timeout=30"),
         (libc::SIGTERM, 143, "global"),
+        (libc::SIGQUIT, 131, "--wait"),
+        (libc::SIGUSR1, 138, "--wait"),
+        (libc::SIGUSR2, 140, "--timeout=30"),
+        (libc::SIGALRM, 142, "--wait"),
+        (libc::SIGPIPE, 141, "--wait"),
     ] {
         let fx = Fixture::new();
         let target: Vec<String> = if how == "global" {
@@ -273,7 +281,7 @@ fn signals_abandon_a_wait_and_run_nothing() {
         assert!(signal(waiter.0.id(), sig));
         let status = waiter.wait_for(Duration::from_secs(10));
         assert_eq!(
-            status.and_then(|s| s.code()),
+            status.map(shell_status),
             Some(code),
             "SIG{sig} while waiting ({how}) must end the wait"
         );

@@ -98,12 +98,17 @@
 //!
 //! # Judging an owner
 //!
-//! The first rule that applies decides: another host on another kernel (its boot id is not
-//! ours): unknown; beacon recorded: dead by proof if its `flock` is free, else live; another
-//! boot: dead by evidence; another pid namespace: unknown; our own pid with a token this process
-//! never wrote: dead by evidence (the writer died and we got its pid); no such pid: dead by
-//! evidence; pid start time differs: dead by evidence (pid reused); otherwise live. A fact that
-//! cannot be read judges the owner live. The grace period counts from the lock directory's
+//! The first rule that applies decides: another operating system's program (the record says
+//! which: a Windows program under Wine or beside WSL sees nothing of a Linux one's beacon or
+//! pid, nor the other way round): unknown; another host on another kernel (its boot id is not
+//! ours): unknown; another boot id: dead by evidence if the lock was taken before this kernel
+//! booted (a previous boot), else unknown (another kernel runs now under our host name); a
+//! record of ours whose boot id only one side knows: unknown; beacon recorded: dead by proof if
+//! its `flock` is free, else live; another pid namespace: unknown; our own pid with a token
+//! this process never wrote: dead by evidence (the writer died and we got its pid); no such
+//! pid: dead by evidence; pid start time differs: dead by evidence (pid reused); otherwise
+//! live. A fact that cannot be read judges the owner live. A record or lock directory that
+//! others may write is never trusted; one they may only read (as Wine makes them) is. The grace period counts from the lock directory's
 //! modification time, or, if that is in the future (a clock set back), from when a waiting
 //! acquisition first saw the lock unchanged.
 //!

@@ -5,19 +5,27 @@
 //!
 //! | # | rule | judgement |
 //! | --- | --- | --- |
+//! | 0 | operating system recorded and not ours (Windows beside Linux under Wine, or beside WSL) | unknown |
 //! | 1 | host recorded and not ours, and boot id not recorded or not ours (another kernel) | unknown |
-//! | 2 | beacon recorded, and a shared `flock` on the lock directory is granted | dead by proof |
-//! | 2' | beacon recorded, and the `flock` is held (or cannot be probed) | live (when the recorded pid is gone, a process it started keeps the lock) |
-//! | 3 | boot id recorded and not ours | dead by evidence |
+//! | 2 | boot id recorded and not ours: taken before this kernel booted (a previous boot) | dead by evidence |
+//! | 2 | ... taken since (another kernel running now under our host name) | unknown |
+//! | 2 | our record, whose boot id only one side knows (this kernel or not, cannot be told) | unknown |
+//! | 3 | beacon recorded, and a shared `flock` on the lock directory is granted | dead by proof |
+//! | 3' | beacon recorded, and the `flock` is held (or cannot be probed) | live (when the recorded pid is gone, a process it started keeps the lock) |
 //! | 4 | pid namespace recorded and not ours (or ours unreadable) | unknown |
 //! | 5 | the pid is this process's, and this process never wrote the token | dead by evidence (unknown if the record has no pid namespace) |
 //! | 6 | the kernel says there is no process with the pid | dead by evidence |
 //! | 7 | start time recorded and the pid's start time differs | dead by evidence |
 //! | 8 | otherwise (including any fact that cannot be read) | live |
 //!
-//! Rule 1 is about another *kernel*: a record that carries our boot id was written on this
-//! kernel whatever host name it gives (a container's own UTS namespace, a host renamed since),
-//! so its beacon and pid facts mean what they say. Rule 5 sees through a pid that this very
+//! A beacon or a pid is evidence only to a process that can test it as its writer held it:
+//! on the same kernel (rules 1 and 2: the boot ids say so) and the same operating system
+//! (rule 0: the record says which). A Windows program under Wine and a Linux one share a
+//! kernel and a host name but see nothing of each other's beacons (a share mode against an
+//! `flock`) and pids. What cannot be tested so is unknown, never dead. Rule 1 is about
+//! another *kernel*: a record that carries our boot id was written on this kernel whatever
+//! host name it gives (a container's own UTS namespace, a host renamed since), so its beacon
+//! and pid facts mean what they say. Rule 5 sees through a pid that this very
 //! process now has: the record's writer died and the kernel gave its pid to us. A record that
 //! does not name its pid namespace (the reference implementation's) may instead come from
 //! another namespace with the same pid (every container has a pid 1): unknown, never
@@ -101,11 +109,50 @@ pub(crate) trait Probe {
 /// Judges `owner` by the table in the module docs.
 pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Judgement {
     use Liveness::*;
+    if let Some(os) = owner
+        .os
+        .as_deref()
+        .filter(|os| me.os.as_deref() != Some(*os))
+    {
+        return Judgement::new(
+            Unknown,
+            format!(
+                "it was taken by a program for another operating system ({}), whose hold on it and process this one cannot see",
+                crate::text::escape(os)
+            ),
+        );
+    }
     if let Some(host) = &owner.host {
         let this_kernel = owner.boot_id.is_some() && owner.boot_id == me.boot_id;
         if me.host.as_deref() != Some(host.as_str()) && !this_kernel {
             return Judgement::new(Unknown, format!("it was taken on host {host:?}"));
         }
+    }
+    match (&owner.boot_id, &me.boot_id) {
+        (Some(theirs), Some(ours)) if theirs != ours => {
+            // Not this kernel: its beacon and pid mean nothing here. Taken before this kernel
+            // booted, it is a previous boot's (its holder went with it); taken since, another
+            // kernel runs now under our host name (a virtual machine sharing the directory).
+            let since_boot = matches!(
+                (owner.acquired_at(), me.booted),
+                (Some(taken), Some(booted)) if taken >= booted
+            );
+            return if since_boot {
+                Judgement::new(
+                    Unknown,
+                    "it was taken on another kernel running under this host name (another boot id, since this one booted)",
+                )
+            } else {
+                Judgement::new(DeadByEvidence, "it was taken before the last reboot")
+            };
+        }
+        (Some(_), None) | (None, Some(_)) if owner.os.is_some() => {
+            return Judgement::new(
+                Unknown,
+                "whether it was taken on this kernel cannot be told (only one side knows its boot id)",
+            );
+        }
+        _ => {}
     }
     if owner.has_beacon() {
         return match probe.beacon_free() {
@@ -120,11 +167,6 @@ pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Jud
             Some(false) => Judgement::new(Live, "its beacon lock is held"),
             None => Judgement::new(Live, "its beacon lock cannot be probed"),
         };
-    }
-    if let (Some(theirs), Some(ours)) = (&owner.boot_id, &me.boot_id) {
-        if theirs != ours {
-            return Judgement::new(DeadByEvidence, "it was taken before the last reboot");
-        }
     }
     if let Some(ns) = &owner.pid_namespace {
         match &me.pid_namespace {
@@ -239,7 +281,15 @@ mod tests {
             host: Some("here".into()),
             pid_namespace: Some("pid:[1]".into()),
             uid: 1000,
+            os: Some("linux".into()),
+            booted: Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000)),
         }
+    }
+
+    /// A record of ours, taken `secs` after `me()`'s kernel booted.
+    fn taken(mut o: Owner, secs: i64) -> Owner {
+        o.acquired_unix_ms = Some((1_700_000_000 + secs) as u64 * 1000);
+        o
     }
 
     fn full(beacon: bool) -> Owner {
@@ -249,6 +299,7 @@ mod tests {
         o.host = Some("here".into());
         o.pid_namespace = Some("pid:[1]".into());
         o.beacon = Some(beacon);
+        o.os = Some("linux".into());
         o
     }
 
@@ -277,6 +328,38 @@ mod tests {
             reason = "one table row: case, record, identity, facts, verdict, probes"
         )]
         let rows: Vec<(&str, Owner, Identity, Facts, Liveness, Vec<&str>)> = vec![
+            // 0: another operating system (Windows under Wine beside Linux): its beacon and
+            // pid mean nothing here, whatever the host, the boot and the probes say.
+            (
+                "0 another OS, beacon free",
+                with(|o| o.os = Some("windows".into()), true),
+                me(),
+                facts(Some(true), Some(false), None),
+                Unknown,
+                vec![],
+            ),
+            (
+                "0 another OS without a boot id, pid dead",
+                with(
+                    |o| {
+                        o.os = Some("windows".into());
+                        o.boot_id = None
+                    },
+                    false,
+                ),
+                me(),
+                facts(None, Some(false), None),
+                Unknown,
+                vec![],
+            ),
+            (
+                "0 our OS recorded: judged on",
+                full(true),
+                me(),
+                facts(Some(true), None, None),
+                DeadByProof,
+                vec!["beacon"],
+            ),
             // 1: another host wins over everything, even a free beacon.
             (
                 "1 other host",
@@ -383,33 +466,63 @@ mod tests {
                 Live,
                 vec!["beacon"],
             ),
+            // 2: another kernel: its beacon is not this kernel's to probe. Taken before this
+            // kernel booted (or when is not said): a previous boot, dead by evidence.
             (
-                "2 beacon free, old boot",
+                "2 other boot, beacon free",
                 with(|o| o.boot_id = Some("boot-B".into()), true),
                 me(),
                 facts(Some(true), None, None),
-                DeadByProof,
-                vec!["beacon"],
+                DeadByEvidence,
+                vec![],
             ),
-            // 3: a previous boot.
             (
-                "3 other boot",
-                with(|o| o.boot_id = Some("boot-B".into()), false),
+                "2 other boot, taken before this boot",
+                taken(with(|o| o.boot_id = Some("boot-B".into()), false), -60),
                 me(),
                 facts(None, Some(true), Some(100)),
                 DeadByEvidence,
                 vec![],
             ),
+            // ... taken since: another kernel runs now under this host name.
             (
-                "3 our boot unreadable",
+                "2 other boot, taken since this boot, beacon free",
+                taken(with(|o| o.boot_id = Some("boot-B".into()), true), 60),
+                me(),
+                facts(Some(true), Some(false), None),
+                Unknown,
+                vec![],
+            ),
+            // ... or this kernel cannot be told from another: only one side knows a boot id.
+            (
+                "2 our boot unreadable",
                 full(false),
                 Identity {
                     boot_id: None,
                     ..me()
                 },
                 facts(None, Some(true), Some(100)),
-                Live,
-                vec!["kill", "start"],
+                Unknown,
+                vec![],
+            ),
+            (
+                "2 our record without a boot id, beacon free",
+                with(|o| o.boot_id = None, true),
+                me(),
+                facts(Some(true), None, None),
+                Unknown,
+                vec![],
+            ),
+            (
+                "2 both without a boot id (FreeBSD): judged on",
+                with(|o| o.boot_id = None, true),
+                Identity {
+                    boot_id: None,
+                    ..me()
+                },
+                facts(Some(true), None, None),
+                DeadByProof,
+                vec!["beacon"],
             ),
             // 4: another pid namespace.
             (

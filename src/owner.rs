@@ -45,6 +45,12 @@ pub struct Owner {
     /// What wrote the record (e.g. `"dirlock 0.1.0"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writer: Option<String>,
+    /// The operating system of the holder (`"linux"`, `"macos"`, `"freebsd"`, `"windows"`):
+    /// its beacon and pid can be tested only by a process of the same one. Two can share a
+    /// directory on one machine (a Windows program under Wine beside Linux ones, Windows
+    /// beside WSL) and see nothing of each other's locks and processes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
 }
 
 impl Owner {
@@ -61,6 +67,7 @@ impl Owner {
             beacon: None,
             purpose: None,
             writer: None,
+            os: None,
         }
     }
 
@@ -245,7 +252,7 @@ mod tests {
 
         /// JSON objects with wrong-typed known fields are malformed, never accepted.
         #[test]
-        fn wrong_types_are_malformed(field in "(pid|token|start_time|boot_id|host|pid_namespace|acquired_unix_ms|beacon|purpose|writer)") {
+        fn wrong_types_are_malformed(field in "(pid|token|start_time|boot_id|host|pid_namespace|acquired_unix_ms|beacon|purpose|writer|os)") {
             let mut v = serde_json::json!({"pid": 1, "token": "t"});
             v[&field] = serde_json::json!([1, 2]);
             proptest::prop_assert!(Owner::parse(v.to_string().as_bytes()).is_err());

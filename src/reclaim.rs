@@ -235,17 +235,12 @@ fn take_left_guard<S: System>(
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(Reclaim::Changed)),
         Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(gname), e)),
     };
-    if meta.uid != sp.uid || meta.mode & 0o077 != 0 {
+    if let Some(problem) = sp.private_problem(&meta, "the reclaim guard") {
         return Err(Error::Unsafe {
             path: sp.entry(gname),
-            problem: format!(
-                "the reclaim guard is owned by {} and has {}",
-                crate::sys::owner_words(meta.uid),
-                crate::sys::mode_words(meta.mode)
-            ),
-            fix:
-                "it must be private to this user: remove it by hand once no process uses this lock"
-                    .into(),
+            problem,
+            fix: "it must be this user's and written by no one else: remove it by hand once no process uses this lock"
+                .into(),
         });
     }
     let flocked = match try_lock_past_peekers(sp, &guard, gname)? {
@@ -343,7 +338,7 @@ pub enum Unlocked {
     /// The lock was removed; `owner` is its dead owner's record (`None` for a malformed one).
     Removed {
         /// The removed lock's owner record, if it had a readable one.
-        owner: Option<Owner>,
+        owner: Option<Box<Owner>>,
     },
 }
 
@@ -394,7 +389,7 @@ pub(crate) fn unlock<S: System>(
         match reclaim(sp, name, expect, grace, &mut Ages::default())? {
             Reclaim::Done => {
                 return Ok(Unlocked::Removed {
-                    owner: expect_owner,
+                    owner: expect_owner.map(Box::new),
                 })
             }
             Reclaim::Changed => continue,

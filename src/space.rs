@@ -66,7 +66,10 @@ impl<S: System> Space<'_, S> {
         Error::io(op, self.entry(name), e)
     }
 
-    /// Checks that an entry is ours and private; `what` names it in the problem.
+    /// Checks that an entry can be trusted: ours, and written by no one else (others may read
+    /// it: a record holds nothing secret, and another operating system's program sharing the
+    /// directory, such as a Windows one under Wine, makes its locks readable by all); `what`
+    /// names it in the problem. What this crate makes is private (0700, 0600) all the same.
     pub fn private_problem(&self, meta: &Meta, what: &str) -> Option<String> {
         if meta.uid != self.uid {
             return Some(format!(
@@ -75,7 +78,7 @@ impl<S: System> Space<'_, S> {
                 crate::sys::owner_words(self.uid)
             ));
         }
-        if meta.mode & 0o077 != 0 {
+        if meta.mode & 0o022 != 0 {
             return Some(format!("{what} has {}", crate::sys::mode_words(meta.mode)));
         }
         None

@@ -151,6 +151,9 @@ pub(crate) fn describe(st: &Status) -> String {
         if let Some(w) = &o.writer {
             let _ = write!(line, ", written by {}", escape(w));
         }
+        if let Some(os) = &o.os {
+            let _ = write!(line, " on {}", escape(os));
+        }
         let _ = writeln!(out, "owner:      {line}");
     }
     let guard = match &st.guard {

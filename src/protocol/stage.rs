@@ -75,6 +75,7 @@ pub(super) fn new_record<S: System>(
     owner.beacon = Some(beacon);
     owner.purpose = options.purpose.clone();
     owner.writer = Some(concat!("dirlock ", env!("CARGO_PKG_VERSION")).to_owned());
+    owner.os = me.os.clone();
     owner
 }
 

@@ -143,6 +143,8 @@ impl System for SimSys {
             host: Some("sim".into()),
             pid_namespace: Some("pid:[sim]".into()),
             uid: UID,
+            os: Some("sim".into()),
+            booted: Some(UNIX_EPOCH),
         }
     }
 

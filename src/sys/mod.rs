@@ -141,6 +141,11 @@ pub struct Identity {
     pub pid_namespace: Option<String>,
     /// Effective user id.
     pub uid: u32,
+    /// The operating system this process runs on and judges with (`std::env::consts::OS`):
+    /// its beacons and pids are the only ones it can test.
+    pub os: Option<String>,
+    /// When this kernel booted (wall clock), where the platform tells (with a boot id).
+    pub booted: Option<SystemTime>,
 }
 
 /// Time and chance: the part of [`System`] that is the same on every platform (written once
@@ -328,13 +333,13 @@ pub fn owner_words(uid: u32) -> String {
     }
 }
 
-/// What is wrong with a mode that is not private, in the platform's words: `mode 755, open to
-/// group or others` on Unix; on Windows an ACL that lets other users write.
+/// What is wrong with a mode that lets others write, in the platform's words: `mode 775,
+/// writable by group or others` on Unix; on Windows an ACL that lets other users write.
 pub fn mode_words(mode: u32) -> String {
     if cfg!(windows) {
         "an access list that lets other users write".to_owned()
     } else {
-        format!("mode {:o}, open to group or others", mode & 0o777)
+        format!("mode {:o}, writable by group or others", mode & 0o777)
     }
 }
 

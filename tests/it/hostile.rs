@@ -167,8 +167,8 @@ fn a_record_open_to_others_is_refused() {
     let l = lock_dir(&fx);
     let rec = l.join("owner.json");
     std::fs::write(&rec, format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid())).unwrap();
-    std::fs::set_permissions(&rec, PermissionsExt::from_mode(0o644)).unwrap();
-    refused(&fx, "mode 644");
+    std::fs::set_permissions(&rec, PermissionsExt::from_mode(0o646)).unwrap();
+    refused(&fx, "mode 646");
 }
 
 #[test]

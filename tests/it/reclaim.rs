@@ -190,6 +190,64 @@ fn other_hosts_and_namespaces_are_unknown_and_never_reclaimed() {
     }
 }
 
+/// A lock taken by another operating system's program sharing the directory (Windows under
+/// Wine, Windows beside WSL) is unknown, never dead, whatever its beacon and pid say here, and
+/// readable by all as Wine makes it (mode 755, its record 644) is no reason to call it
+/// malformed: only what others may write is untrusted. (It was judged dead by proof, or
+/// malformed.)
+#[test]
+fn another_operating_systems_lock_is_unknown_and_never_reclaimed() {
+    let fx = Fixture::new();
+    let boot = boot_id();
+    let host = String::from_utf8(
+        std::process::Command::new("hostname")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    for (os, boot) in [
+        ("windows", None),
+        ("windows", Some(&boot)),
+        ("macos", Some(&boot)),
+    ] {
+        let boot = boot.map_or(String::new(), |b| format!(r#","boot_id":"{b}""#));
+        let rec = format!(
+            r#"{{"pid":{},"token":"{TOKEN}","host":"{}","beacon":true,"os":"{os}"{boot}}}"#,
+            dead_pid(),
+            host.trim()
+        );
+        let lock = plant(fx.dir(), &lock_name(&fx), &rec, DAY);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&lock, PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(lock.join("owner.json"), PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let err = fx
+            .locks
+            .repository_lock(fx.repo())
+            .grace(Duration::ZERO)
+            .acquire()
+            .unwrap_err();
+        match &err {
+            Error::Locked { judgement, .. } => assert_eq!(judgement.liveness, Liveness::Unknown),
+            other => panic!("{os}: expected Locked, got {other:?}"),
+        }
+        assert!(
+            err.to_string().contains("another operating system"),
+            "{err}"
+        );
+        assert!(
+            matches!(
+                fx.locks.repository_lock(fx.repo()).unlock(true),
+                Err(Error::Locked { .. })
+            ),
+            "{os}: a forced unlock removed it"
+        );
+        assert!(lock.join("owner.json").exists());
+        std::fs::remove_dir_all(&lock).unwrap();
+    }
+}
+
 #[test]
 fn malformed_locks_are_reported_and_never_removed() {
     let fx = Fixture::new();
@@ -220,10 +278,10 @@ fn malformed_locks_are_reported_and_never_removed() {
     let empty = private_dir(&fx.dir().join(&name));
     let err = fx.locks.repository_lock(fx.repo()).acquire().unwrap_err();
     assert!(err.to_string().contains("has no owner.json"), "{err}");
-    // Open to others: not ours to trust either.
-    std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // Writable by others: not ours to trust either.
+    std::fs::set_permissions(&empty, std::os::unix::fs::PermissionsExt::from_mode(0o775)).unwrap();
     let err = fx.locks.repository_lock(fx.repo()).acquire().unwrap_err();
-    assert!(err.to_string().contains("mode 755"), "{err}");
+    assert!(err.to_string().contains("mode 775"), "{err}");
     assert!(fx.dir().join(&name).is_dir());
     // No candidate is left behind by any of these refusals.
     assert_eq!(fx.entries(), vec![name]);

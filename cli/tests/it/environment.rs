@@ -408,3 +408,170 @@ fn a_command_that_changes_its_user_outlives_its_wrapper_as_the_help_says() {
         }
     }
 }
+
+// ---- Holders on another operating system ----------------------------------------------------
+
+/// The Windows build of `dirlock`, run under Wine beside this Linux one, on one lock
+/// directory: each holder is another operating system's to the other, whose hold and process
+/// it cannot see. The Wine server is stopped when the test ends.
+struct Windows {
+    exe: std::path::PathBuf,
+    runner: std::path::PathBuf,
+    prefix: std::path::PathBuf,
+}
+
+impl Windows {
+    /// `None` (the test skips, saying so) without Wine and the Windows build, named by
+    /// `DIRLOCK_TEST_WINDOWS_EXE` (CI builds it: `cargo build --target x86_64-pc-windows-gnu
+    /// -p dirlock-cli`).
+    fn find(test: &str) -> Option<Windows> {
+        let exe = std::env::var_os("DIRLOCK_TEST_WINDOWS_EXE").map(std::path::PathBuf::from);
+        let runner = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/wine-run");
+        let have = exe.as_ref().is_some_and(|e| e.is_file())
+            && Path::new("/usr/lib/wine/wine64").exists()
+            && have("x86_64-w64-mingw32-gcc");
+        if lacks(
+            test,
+            "Wine, MinGW and the Windows build of dirlock (DIRLOCK_TEST_WINDOWS_EXE)",
+            have,
+        ) {
+            return None;
+        }
+        let tmp = std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
+        // This user's prefix, as `.ci/wine-run` names it.
+        let uid = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap();
+        Some(Windows {
+            exe: exe.unwrap(),
+            runner,
+            prefix: Path::new(&tmp).join(format!("wine-prefix-for-dirlock-{}", uid.trim())),
+        })
+    }
+
+    /// The Windows `dirlock` with `args`, where a `Z:` path names a Linux one. Its output goes
+    /// to files in `dir`, not pipes: the services Wine starts keep a pipe open long after.
+    fn dirlock(&self, dir: &Path, args: &[&str]) -> Command {
+        let file = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+        let mut c = Command::new(&self.runner);
+        c.arg(&self.exe)
+            .args(args)
+            .env("WINEPREFIX", &self.prefix)
+            .stdout(file("wine.out"))
+            .stderr(file("wine.err"));
+        c
+    }
+
+    /// Runs [`Windows::dirlock`] to its end (a minute at most) and returns what it said.
+    fn run(&self, dir: &Path, args: &[&str]) -> Output {
+        let mut child = ChildGuard::spawn(self.dirlock(dir, args));
+        let status = child
+            .wait_for(Duration::from_secs(60))
+            .expect("the Windows dirlock hung");
+        Output {
+            status,
+            stdout: std::fs::read(dir.join("wine.out")).unwrap(),
+            stderr: std::fs::read(dir.join("wine.err")).unwrap(),
+        }
+    }
+}
+
+impl Drop for Windows {
+    fn drop(&mut self) {
+        let _ = Command::new("/usr/lib/wine/wineserver")
+            .arg("-k")
+            .env("WINEPREFIX", &self.prefix)
+            .status();
+    }
+}
+
+/// `path` as Wine names it (its drive `Z:` is `/`).
+fn wine_path(path: &Path) -> String {
+    format!("Z:{}", path.display())
+}
+
+/// A Linux holder and a Windows contender (under Wine) on one directory: the Windows side
+/// cannot see the Linux beacon (an `flock`, where it looks for a sharing mode) nor its pid,
+/// and judges the lock unknown, never dead; and the other way round, the Linux side judges a
+/// Windows holder's lock unknown, not malformed for the modes Wine gives it, and neither
+/// `unlock` nor `unlock --force` removes it. (The Windows side judged the live Linux holder
+/// dead by proof and ran beside it; Linux called the Windows lock malformed, and `--force`
+/// removed it.)
+#[test]
+fn holders_on_another_operating_system_are_unknown_both_ways() {
+    let Some(win) =
+        Windows::find("environment::holders_on_another_operating_system_are_unknown_both_ways")
+    else {
+        return;
+    };
+    let fx = Fixture::new();
+    let dir = wine_path(fx.dir());
+    // A Linux holder; Windows contends.
+    let holder = Holder::start(fx.dir(), &["--lock", "l.lock"]);
+    let ran = wine_path(&fx.tmp.path().join("ran"));
+    let o = win.run(
+        fx.tmp.path(),
+        &[
+            "run", "-n", "--dir", &dir, "--lock", "l.lock", "--", "cmd", "/c", "echo", ">", &ran,
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(75),
+        "Windows beside a Linux holder: {}",
+        said(&o)
+    );
+    assert!(
+        said(&o).contains("another operating system"),
+        "{}",
+        said(&o)
+    );
+    assert!(
+        !fx.tmp.path().join("ran").exists(),
+        "the Windows run ran beside the Linux holder"
+    );
+    holder.release(); // not lost
+                      // A Windows holder; Linux looks, contends and unlocks.
+    let until = fx.tmp.path().join("until");
+    let mut hold = ChildGuard::spawn(win.dirlock(
+        fx.tmp.path(),
+        &[
+            "hold",
+            "--dir",
+            &dir,
+            "--lock",
+            "w.lock",
+            "--until",
+            &wine_path(&until),
+        ],
+    ));
+    let record = fx.dir().join("w.lock").join("owner.json");
+    assert!(
+        eventually(Duration::from_secs(60), || record.exists()),
+        "the Windows holder"
+    );
+    let status = out(dirlock_in(fx.dir(), &["status", "--lock", "w.lock"]));
+    assert_eq!(status.status.code(), Some(75), "{}", said(&status));
+    assert!(
+        said(&status).contains("state:      unknown"),
+        "{}",
+        said(&status)
+    );
+    for args in [
+        &["run", "-n", "--lock", "w.lock", "--", "true"][..],
+        &["unlock", "--lock", "w.lock"],
+        &["unlock", "--force", "--lock", "w.lock"],
+    ] {
+        let o = out(dirlock_in(fx.dir(), args));
+        assert_eq!(o.status.code(), Some(75), "{args:?}: {}", said(&o));
+        assert!(
+            record.exists(),
+            "{args:?} removed the Windows holder's lock"
+        );
+    }
+    std::fs::write(&until, "").unwrap();
+    let released = hold.wait_for(Duration::from_secs(60));
+    assert_eq!(
+        released.map(shell_status),
+        Some(0),
+        "the Windows holder's release"
+    );
+}

@@ -58,6 +58,31 @@ pub(super) fn start_time(pid: u32) -> Option<u64> {
     })
 }
 
+/// When this kernel booted: `kern.boottime`.
+pub(super) fn booted() -> Option<std::time::SystemTime> {
+    // SAFETY: timeval is plain data; all-zero is valid, and sysctl overwrites it.
+    let mut tv: libc::timeval = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::timeval>();
+    // SAFETY: the name is NUL-terminated; `tv` is writable for `len` bytes; nothing is set.
+    let rc = unsafe {
+        libc::sysctlbyname(
+            c"kern.boottime".as_ptr(),
+            (&mut tv as *mut libc::timeval).cast(),
+            &mut len,
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    let since = std::time::Duration::new(
+        u64::try_from(tv.tv_sec).ok()?,
+        u32::try_from(tv.tv_usec).ok()?.saturating_mul(1000),
+    );
+    std::time::UNIX_EPOCH.checked_add(since)
+}
+
 /// `kern.bootsessionuuid`: a UUID drawn at each boot.
 pub(super) fn boot_id() -> Option<String> {
     let mut buf = [0u8; 64];

@@ -83,6 +83,11 @@ pub(super) fn start_time(pid: u32) -> Option<u64> {
     None
 }
 
+/// Not asked: with no boot identity recorded, no record is told to be another boot's.
+pub(super) fn booted() -> Option<std::time::SystemTime> {
+    None
+}
+
 /// Not recorded: `kern.boottime` moves when the clock is set, so it cannot tell boots apart
 /// without judging a live owner's record to be from a previous boot.
 pub(super) fn boot_id() -> Option<String> {

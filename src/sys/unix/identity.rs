@@ -67,5 +67,7 @@ pub(super) fn read_identity() -> Identity {
         host: hostname(),
         pid_namespace: platform::pid_namespace(),
         uid: geteuid(),
+        os: Some(std::env::consts::OS.to_owned()),
+        booted: platform::booted(),
     }
 }

@@ -50,6 +50,19 @@ pub(super) fn boot_id() -> Option<String> {
     read_small("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_owned())
 }
 
+/// When this kernel booted: now, less the time since boot (`CLOCK_BOOTTIME`, which counts
+/// suspended time too).
+pub(super) fn booted() -> Option<std::time::SystemTime> {
+    // SAFETY: timespec is plain data; all-zero is valid, and clock_gettime overwrites it.
+    let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid clock id and out-pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut t) } != 0 {
+        return None;
+    }
+    let up = std::time::Duration::new(u64::try_from(t.tv_sec).ok()?, t.tv_nsec as u32);
+    std::time::SystemTime::now().checked_sub(up)
+}
+
 /// The pid namespace (`/proc/self/ns/pid` link target, such as `pid:[4026531836]`).
 pub(super) fn pid_namespace() -> Option<String> {
     std::fs::read_link("/proc/self/ns/pid")

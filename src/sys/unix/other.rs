@@ -22,6 +22,11 @@ pub(super) fn boot_id() -> Option<String> {
     None
 }
 
+/// Not read here (no boot identity either).
+pub(super) fn booted() -> Option<std::time::SystemTime> {
+    None
+}
+
 /// No pid namespaces here.
 pub(super) fn pid_namespace() -> Option<String> {
     None

@@ -474,6 +474,8 @@ impl System for Real {
                 host: hostname(),
                 pid_namespace: None,
                 uid: 0,
+                os: Some(std::env::consts::OS.to_owned()),
+                booted: None,
             }
         })
     }

@@ -5,7 +5,7 @@ use crate::liveness::{Judgement, Liveness};
 use crate::options::since;
 use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, GUARD_MARKER};
-use crate::space::{creator, Creator, Seen, Space};
+use crate::space::{creator, open_guard, Creator, Guard, Seen, Space};
 use crate::sys::{Identity, Meta, System};
 use std::collections::BTreeMap;
 use std::io;
@@ -266,10 +266,12 @@ fn leftovers<S: System>(
 
 fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error> {
     let gname = guard_name(name);
-    let guard = match sp.sys.open_dir_at(sp.dir, &gname) {
-        Ok(g) => g,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(GuardState::Absent),
-        Err(e) => return Err(Error::io("open the reclaim guard", sp.entry(&gname), e)),
+    let (guard, file) = match open_guard(sp, &gname)? {
+        Guard::Gone => return Ok(GuardState::Absent),
+        Guard::Dir(g) => (g, false),
+        Guard::File(g) => (g, true),
+        // Another platform's: whether it is in use cannot be told here.
+        Guard::Foreign => return Ok(GuardState::Busy),
     };
     // A shared probe: it never conflicts with another prober, only with a reclaimer.
     if !sp.sys.try_lock(&guard, false).unwrap_or(true) {
@@ -282,7 +284,7 @@ fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error
         Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(&gname), e)),
     };
     Ok(GuardState::Leftover {
-        marked: sp.sys.meta_at(&guard, GUARD_MARKER).is_ok(),
+        marked: file || sp.sys.meta_at(&guard, GUARD_MARKER).is_ok(),
         age: since(sp.sys, meta.mtime).unwrap_or_default(),
     })
 }

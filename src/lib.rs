@@ -89,7 +89,7 @@
 //! | `NAME` | the lock: a directory holding `owner.json` (see [`Owner`]) |
 //! | `NAME.candidate.<token>` | a lock (or a reclaim guard) being staged by the process holding `<token>` |
 //! | `NAME.tombstone.<uuid>` | a retired lock, deleted by anyone |
-//! | `NAME.reclaim` | the reclaim guard (`flock` + marker, renamed into place whole) |
+//! | `NAME.reclaim` | the reclaim guard (`flock` + marker, renamed into place whole; where renames cannot refuse to replace, a file made in place and locked) |
 //!
 //! Repository and global setup lock names are those of the reference TypeScript
 //! implementation (`repository-` + hex(sha256(`"repository\0"` + real path)) + `.lock`), and

@@ -10,15 +10,20 @@
 //! guard without the marker (the reference implementation makes bare `mkdir` guards and holds
 //! no `flock`) is respected until it is older than the grace period.
 //!
-//! Where the filesystem has no no-replace rename, the guard is made with `mkdir` in place, as
-//! `PROTOCOL.md` describes; a crash between that `mkdir` and the marker then leaves an
-//! unmarked guard, respected for the grace period like a foreign one.
+//! Where the filesystem has no no-replace rename (FUSE, NFS), a directory cannot be put in
+//! place whole without the risk of replacing another implementation's empty guard: the guard
+//! is then a *file*, made in place with `O_CREAT | O_EXCL` (atomic there too) and then
+//! locked. Only this crate makes file guards, so one is never another implementation's: its
+//! `flock` alone says who owns it. A maker killed before it locked its guard leaves one whose
+//! `flock` the next reclaimer gets at once; and a maker that comes second to its own guard's
+//! `flock` finds it taken and lets go. (The reference implementation's `mkdir` of the guard
+//! fails on the file as on a directory: it stays out.)
 
 use crate::error::Error;
 use crate::options::{Ages, Backoff};
 use crate::owner::Owner;
 use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
-use crate::space::{make_candidate, remove_tree, Seen, Space, PEEK_RETRIES};
+use crate::space::{make_candidate, open_guard, remove_tree, Guard, Seen, Space, PEEK_RETRIES};
 use crate::sys::{is, Errno, FileId, Identity, Kind, System};
 use std::io;
 use std::time::Duration;
@@ -95,8 +100,7 @@ enum Staged<D> {
 /// this crate therefore never exists unmarked or unlocked, and a crash at any point leaves
 /// either a candidate (swept like any other) or a marked guard whose free flock proves its
 /// maker gone. `Ok(None)`: a guard is there already. Where the filesystem has no no-replace
-/// rename, the guard is made in place with `mkdir` (and a crash before it is marked leaves it
-/// to be waited out for the grace period).
+/// rename, the guard is a file made in place (see [`make_guard_in_place`]).
 fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Option<S::Dir>, Error> {
     let staging = candidate_name(name, &sp.sys.token());
     let guard = make_candidate(sp, &staging)?.dir;
@@ -124,30 +128,21 @@ fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Opti
     }
 }
 
-/// The guard made where it stands, with `mkdir` (filesystems without no-replace renames).
-/// `Ok(None)`: a guard is there already.
+/// The guard made where it stands (filesystems without no-replace renames): a file created
+/// exclusively, then locked. Whoever gets its `flock` owns it: should another reclaimer have
+/// taken it over between our creating and our locking it (it found it unlocked: a maker
+/// killed there would leave it so), we let go (`Ok(None)`, as when a guard is there already).
+/// Where there is no `flock`, creating it makes it ours.
 fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S::Dir>, Error> {
-    match sp.sys.mkdir_at(sp.dir, gname) {
-        Ok(()) => {}
+    let guard = match sp.sys.open_file_at(sp.dir, gname, true) {
+        Ok(g) => g,
         Err(e) if is(&e, Errno::Exists) => return Ok(None),
         Err(e) => return Err(Error::io("create the reclaim guard", sp.entry(gname), e)),
-    }
-    let guard = match sp.sys.open_made_dir_at(sp.dir, gname) {
-        Ok(g) => g,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(_) => match open_guard(sp, gname)? {
-            Some(g) => g,
-            None => return Ok(None),
-        },
     };
-    private(sp, &guard, gname)?;
-    // Another process may peek at it (finds it unmarked and fresh, and lets go at once).
     match try_lock_past_peekers(sp, &guard, gname)? {
-        Some(true) | None => {}
-        Some(false) => return Ok(None),
+        Some(true) | None => Ok(Some(guard)),
+        Some(false) => Ok(None),
     }
-    mark(sp, &guard, gname)?;
-    Ok(Some(guard))
 }
 
 /// Takes the exclusive `flock` of a guard, retrying (with backoff) past observers that peek at
@@ -170,34 +165,6 @@ fn try_lock_past_peekers<S: System>(
         }
     }
     Ok(Some(false))
-}
-
-/// Opens `NAME.reclaim`; `Ok(None)` if it is gone.
-fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S::Dir>, Error> {
-    match sp.sys.open_dir_at(sp.dir, gname) {
-        Ok(g) => Ok(Some(g)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => Err(Error::Unsafe {
-            path: sp.entry(gname),
-            problem: "the reclaim guard is a symbolic link or not a directory".into(),
-            fix: "remove it by hand once no process uses this lock".into(),
-        }),
-        Err(e) => Err(Error::io("open the reclaim guard", sp.entry(gname), e)),
-    }
-}
-
-/// Gives a guard this process created mode 0700 whatever the umask.
-fn private<S: System>(sp: &Space<S>, guard: &S::Dir, at: &str) -> Result<(), Error> {
-    let meta = sp
-        .sys
-        .meta(guard)
-        .map_err(|e| Error::io("inspect the reclaim guard", sp.entry(at), e))?;
-    if meta.mode & 0o777 != 0o700 {
-        sp.sys
-            .set_mode(guard, 0o700)
-            .map_err(|e| Error::io("set the mode of the reclaim guard", sp.entry(at), e))?;
-    }
-    Ok(())
 }
 
 /// Writes this crate's marker into a guard held (or, reusing one left by a crash, finds it
@@ -226,8 +193,11 @@ fn take_left_guard<S: System>(
     grace: Duration,
     ages: &mut Ages,
 ) -> Result<Result<S::Dir, Reclaim>, Error> {
-    let Some(guard) = open_guard(sp, gname)? else {
-        return Ok(Err(Reclaim::Changed));
+    let (guard, file) = match open_guard(sp, gname)? {
+        Guard::Gone => return Ok(Err(Reclaim::Changed)),
+        Guard::Dir(g) => (g, false),
+        Guard::File(g) => (g, true),
+        Guard::Foreign => return Ok(Err(Reclaim::Busy { remaining: None })),
     };
     let meta = match sp.sys.meta(&guard) {
         Ok(m) => m,
@@ -253,9 +223,10 @@ fn take_left_guard<S: System>(
         Ok(now) if now.id == meta.id => {}
         _ => return Ok(Err(Reclaim::Changed)),
     }
-    // Left by a crash. Our marker under a granted flock proves its maker gone; an unmarked
-    // guard (or any guard where flock does not work) is waited out for the grace period.
-    let marked = flocked && sp.sys.meta_at(&guard, GUARD_MARKER).is_ok();
+    // Left by a crash. Our marker (or a file guard, which only this crate makes) under a
+    // granted flock proves its maker gone; an unmarked guard (or any guard where flock does
+    // not work) is waited out for the grace period.
+    let marked = flocked && (file || sp.sys.meta_at(&guard, GUARD_MARKER).is_ok());
     if !marked {
         let (age, _) = ages.age(sp.sys, meta.id, meta.mtime);
         if age < grace {
@@ -264,7 +235,9 @@ fn take_left_guard<S: System>(
             }));
         }
     }
-    mark(sp, &guard, gname)?;
+    if !file {
+        mark(sp, &guard, gname)?;
+    }
     Ok(Ok(guard))
 }
 

@@ -200,6 +200,42 @@ impl<S: System> Space<'_, S> {
     }
 }
 
+/// What is at `NAME.reclaim`.
+pub(crate) enum Guard<D> {
+    /// Nothing (any more).
+    Gone,
+    /// A directory: this crate's (marked, made whole) or another implementation's (bare).
+    Dir(D),
+    /// A file: this crate's, made in place on a filesystem without no-replace renames.
+    File(D),
+    /// A file this platform cannot lock (Windows meeting a Unix program's): never reused.
+    Foreign,
+}
+
+/// Opens `NAME.reclaim`, whichever kind of guard it is.
+pub(crate) fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Guard<S::Dir>, Error> {
+    let unsafe_guard = || Error::Unsafe {
+        path: sp.entry(gname),
+        problem: "the reclaim guard is a symbolic link, or neither a directory nor a file".into(),
+        fix: "remove it by hand once no process uses this lock".into(),
+    };
+    match sp.sys.open_dir_at(sp.dir, gname) {
+        Ok(g) => Ok(Guard::Dir(g)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Guard::Gone),
+        Err(e) if is(&e, Errno::NotDir) => match sp.sys.open_file_at(sp.dir, gname, false) {
+            Ok(g) => Ok(Guard::File(g)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Guard::Gone),
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(Guard::Foreign),
+            Err(e) if is(&e, Errno::Loop) || e.kind() == io::ErrorKind::InvalidInput => {
+                Err(unsafe_guard())
+            }
+            Err(e) => Err(Error::io("open the reclaim guard", sp.entry(gname), e)),
+        },
+        Err(e) if is(&e, Errno::Loop) => Err(unsafe_guard()),
+        Err(e) => Err(Error::io("open the reclaim guard", sp.entry(gname), e)),
+    }
+}
+
 /// The real facts behind a judgement.
 struct LiveProbe<'a, S: System> {
     sys: &'a S,

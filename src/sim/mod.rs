@@ -190,9 +190,9 @@ pub(crate) fn run(cfg: &Config, strategy: &mut dyn Strategy) -> Result<usize, St
         Script::Planter(p) => p.evidence_only(cfg.no_flock),
         _ => false,
     });
-    // (On FUSE, without no-replace renames, the reclaim guard is made in place: a crash before
-    // it is marked leaves it to be waited out for the grace period, by design.)
-    if !cfg.no_flock && !cfg.fuse && !planted_evidence {
+    // (On FUSE too, without no-replace renames: the reclaim guard is then a file made in place,
+    // which only this crate makes, and a crash before it is locked leaves it free to take.)
+    if !cfg.no_flock && !planted_evidence {
         steps += recover_at_once(&world, &recovery);
     }
     // I7: whatever happened, the lock is acquirable again by itself once the grace period has

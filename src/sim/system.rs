@@ -299,6 +299,34 @@ impl System for SimSys {
         })
     }
 
+    fn open_file_at(&self, at: &SimDir, name: &str, create: bool) -> io::Result<SimDir> {
+        let fd = self.call(
+            &format!("open file {name} (create: {create})"),
+            |st, slot| {
+                check_name(name)?;
+                let dir = self.ino(st, at)?;
+                if create {
+                    if !st.inodes.get(&dir).is_some_and(|i| i.linked) {
+                        return Err(err(io::ErrorKind::NotFound)); // a removed directory
+                    }
+                    if st.dir_entries(dir)?.contains_key(name) {
+                        return Err(errno(EEXIST));
+                    }
+                    let ino = st.new_inode(Node::File(Vec::new()), 0o600, false);
+                    st.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
+                    st.touch(dir);
+                    return Ok(st.open(slot, ino));
+                }
+                let ino = st.lookup(dir, name)?;
+                match st.inodes[&ino].node {
+                    Node::File(_) => Ok(st.open(slot, ino)),
+                    Node::Dir(_) => Err(errno(EISDIR)),
+                }
+            },
+        )?;
+        Ok(self.dir(fd))
+    }
+
     fn read_file_at(&self, at: &SimDir, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
         self.call(&format!("read {name}"), |st, _| {
             let dir = self.ino(st, at)?;
@@ -392,7 +420,13 @@ impl System for SimSys {
                 ));
             }
             st.dir_entries_mut(dir)?.remove(name);
-            st.inodes.remove(&ino);
+            if st.ofds.values().any(|o| o.ino == ino) {
+                if let Some(i) = st.inodes.get_mut(&ino) {
+                    i.linked = false; // still open (a file guard retired while held)
+                }
+            } else {
+                st.inodes.remove(&ino);
+            }
             st.touch(dir);
             Ok(())
         })

@@ -253,6 +253,13 @@ pub trait System: Clock {
         sync: bool,
         exact_mode: bool,
     ) -> io::Result<()>;
+    /// Opens regular file `name` in `at` for its `flock` (`O_RDONLY | O_NOFOLLOW | O_NONBLOCK
+    /// | O_CLOEXEC`), or, with `create`, makes it first, empty and mode exactly 0600, failing
+    /// with `EEXIST` when anything is there (`O_CREAT | O_EXCL`): the reclaim guard where the
+    /// filesystem has no no-replace rename. Anything but a regular file fails (`ELOOP` for a
+    /// symlink, `ENOTDIR`... as the platform says). Windows, whose renames never replace,
+    /// makes no such guard, and answers [`io::ErrorKind::Unsupported`].
+    fn open_file_at(&self, at: &Self::Dir, name: &str, create: bool) -> io::Result<Self::Dir>;
     /// Reads file `name` in `at` without following a symlink or blocking on a FIFO; returns its
     /// metadata and at most `limit + 1` bytes (so the caller can tell an oversized file).
     fn read_file_at(&self, at: &Self::Dir, name: &str, limit: usize)

@@ -310,6 +310,23 @@ impl System for Real {
         Ok(())
     }
 
+    fn open_file_at(&self, at: &OwnedFd, name: &str, create: bool) -> io::Result<OwnedFd> {
+        let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+        let fd = if create {
+            let fd = openat(at, name, flags | libc::O_CREAT | libc::O_EXCL)?;
+            // Whatever the umask took away: exactly 0600.
+            // SAFETY: `fd` is open; fchmod takes no pointers.
+            retry(|| unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) })?;
+            fd
+        } else {
+            openat(at, name, flags)?
+        };
+        if fstat(fd.as_raw_fd())?.kind != Kind::File {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Ok(fd)
+    }
+
     fn read_file_at(&self, at: &OwnedFd, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
         // O_NOFOLLOW refuses a symlink; O_NONBLOCK keeps a FIFO from blocking the open.
         let fd = openat(

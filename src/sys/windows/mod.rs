@@ -568,6 +568,13 @@ impl System for Real {
         Ok(())
     }
 
+    fn open_file_at(&self, _at: &Dir, _name: &str, _create: bool) -> io::Result<Dir> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "a reclaim guard that is a file (made on a filesystem without a no-replace rename, by a Unix program) cannot be judged here",
+        ))
+    }
+
     fn read_file_at(&self, at: &Dir, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
         // Every sharing mode: a reader never stands in the way of a writer or a rename.
         let h = open(

@@ -333,6 +333,27 @@ impl State {
         ino
     }
 
+    /// Makes `name` in directory `dir` (`mkdir`, or a file's `O_CREAT | O_EXCL`): `EEXIST`
+    /// if anything is there, not found if `dir` was removed.
+    pub(crate) fn create(
+        &mut self,
+        dir: Ino,
+        name: &str,
+        node: Node,
+        mode: u32,
+    ) -> io::Result<Ino> {
+        if !self.inodes.get(&dir).is_some_and(|i| i.linked) {
+            return Err(err(io::ErrorKind::NotFound)); // a removed directory
+        }
+        if self.dir_entries(dir)?.contains_key(name) {
+            return Err(errno(EEXIST));
+        }
+        let ino = self.new_inode(node, mode, false);
+        self.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
+        self.touch(dir);
+        Ok(ino)
+    }
+
     pub(crate) fn open(&mut self, slot: usize, ino: Ino) -> u64 {
         let fd = self.next_fd;
         self.next_fd += 1;

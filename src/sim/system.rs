@@ -194,16 +194,8 @@ impl System for SimSys {
         self.call(&format!("mkdir {name}"), |st, _| {
             check_name(name)?;
             let dir = self.ino(st, at)?;
-            if !st.inodes.get(&dir).is_some_and(|i| i.linked) {
-                return Err(err(io::ErrorKind::NotFound)); // a removed directory
-            }
-            if st.dir_entries(dir)?.contains_key(name) {
-                return Err(errno(EEXIST));
-            }
-            let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
-            st.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
-            st.touch(dir);
-            Ok(())
+            st.create(dir, name, Node::Dir(BTreeMap::new()), 0o700)
+                .map(drop)
         })
     }
 
@@ -276,16 +268,7 @@ impl System for SimSys {
                 // where a reclaimer starts working under it.
                 st.marked_by.insert(dir, slot);
             }
-            if !st.inodes.get(&dir).is_some_and(|i| i.linked) {
-                return Err(err(io::ErrorKind::NotFound)); // a removed directory
-            }
-            if st.dir_entries(dir)?.contains_key(name) {
-                return Err(errno(EEXIST));
-            }
-            let ino = st.new_inode(Node::File(Vec::new()), 0o600, false);
-            st.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
-            st.touch(dir);
-            Ok(ino)
+            st.create(dir, name, Node::File(Vec::new()), 0o600)
         })?;
         self.call(&format!("write {name}"), |st, _| {
             if let Some(Inode {
@@ -306,15 +289,7 @@ impl System for SimSys {
                 check_name(name)?;
                 let dir = self.ino(st, at)?;
                 if create {
-                    if !st.inodes.get(&dir).is_some_and(|i| i.linked) {
-                        return Err(err(io::ErrorKind::NotFound)); // a removed directory
-                    }
-                    if st.dir_entries(dir)?.contains_key(name) {
-                        return Err(errno(EEXIST));
-                    }
-                    let ino = st.new_inode(Node::File(Vec::new()), 0o600, false);
-                    st.dir_entries_mut(dir)?.insert(name.to_owned(), ino);
-                    st.touch(dir);
+                    let ino = st.create(dir, name, Node::File(Vec::new()), 0o600)?;
                     return Ok(st.open(slot, ino));
                 }
                 let ino = st.lookup(dir, name)?;

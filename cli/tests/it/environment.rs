@@ -3,18 +3,14 @@
 //! on the code before its fix.
 
 use crate::common::*;
-use crate::BIN;
+use crate::{dirlock_in, BIN};
 use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-fn dirlock_in(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(args.iter().take(1))
-        .arg("--dir")
-        .arg(dir)
-        .args(&args[1..]);
-    c
+/// The owner record at `path`.
+fn recorded(path: &Path) -> dirlock::Owner {
+    dirlock::Owner::parse(&std::fs::read(path).unwrap()).unwrap()
 }
 
 fn out(mut cmd: Command) -> Output {
@@ -96,15 +92,7 @@ fn a_stale_held_line_with_a_reused_pid_names_no_one() {
         assert!(said(&o).contains(&format!("pid {pid}")), "{}", said(&o));
     }
     // The holder's own line (as it gives it to its command) is its parent's lock.
-    let token = String::from_utf8(std::fs::read(holder.path.join("owner.json")).unwrap())
-        .unwrap()
-        .split("\"token\":\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap()
-        .to_owned();
+    let token = recorded(&holder.path.join("owner.json")).token;
     let mut run = dirlock_in(
         fx.dir(),
         &["run", "--wait", "--lock", "p.lock", "--", "true"],
@@ -247,16 +235,7 @@ fn a_stop_signal_before_the_command_starts_means_it_never_starts() {
     );
     let record = fx.dir().join("g.lock").join("owner.json");
     assert!(eventually(Duration::from_secs(20), || record.exists()));
-    let pid: u32 = String::from_utf8(std::fs::read(&record).unwrap())
-        .unwrap()
-        .split("\"pid\":")
-        .nth(1)
-        .unwrap()
-        .split(',')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let pid = recorded(&record).pid;
     std::thread::sleep(Duration::from_millis(300)); // inside the delay
     assert!(signal(pid, libc::SIGTERM));
     let status = run.wait_for(Duration::from_secs(20));
@@ -305,16 +284,7 @@ fn a_signal_while_the_command_is_being_executed_reaches_it() {
     );
     let record = fx.dir().join("e.lock").join("owner.json");
     assert!(eventually(Duration::from_secs(20), || record.exists()));
-    let pid: u32 = String::from_utf8(std::fs::read(&record).unwrap())
-        .unwrap()
-        .split("\"pid\":")
-        .nth(1)
-        .unwrap()
-        .split(',')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let pid = recorded(&record).pid;
     std::thread::sleep(Duration::from_millis(500)); // inside the exec
     assert!(signal(pid, libc::SIGINT));
     let status = run.wait_for(Duration::from_secs(20));

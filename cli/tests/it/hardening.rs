@@ -5,7 +5,7 @@
 //! code before its fix (the note on issue 9 lists them).
 
 use crate::common::*;
-use crate::BIN;
+use crate::{dirlock_in, BIN};
 use dirlock::Error;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -16,15 +16,6 @@ use std::time::Duration;
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-fn dirlock_in(dir: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new(BIN);
-    c.args(args.iter().take(1))
-        .arg("--dir")
-        .arg(dir)
-        .args(&args[1..]);
-    c
 }
 
 fn out(mut cmd: impl std::borrow::BorrowMut<Command>) -> Output {

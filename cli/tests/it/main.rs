@@ -26,6 +26,16 @@ use std::process::Command;
 /// The command under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_dirlock");
 
+/// `dirlock SUBCOMMAND --dir DIR ARGS...`: `args` is the subcommand and its arguments.
+pub fn dirlock_in(dir: &std::path::Path, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args.iter().take(1))
+        .arg("--dir")
+        .arg(dir)
+        .args(&args[1..]);
+    c
+}
+
 /// A `dirlock hold` process, under `wrapper` if given, with `args`.
 pub fn hold_command(wrapper: &[&str], args: &[OsString]) -> Command {
     let mut cmd = match wrapper.split_first() {

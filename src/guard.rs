@@ -115,8 +115,8 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::InvalidInput`] when the variable, with this lock's line added to what this
-    /// process inherited, would be longer than the system lets one variable be (Linux: 128
-    /// KiB; Windows: 32767 characters): the child could not be started (Linux says "Argument
+    /// process inherited, would be longer than the system lets one variable be (Linux: 32
+    /// pages, 128 KiB with 4 KiB pages; Windows: 32767 characters): the child could not be started (Linux says "Argument
     /// list too long"). `cmd` is then left as it was.
     pub fn name_in(&self, cmd: &mut std::process::Command) -> Result<(), Error> {
         let mut held = std::env::var(HELD_VAR).unwrap_or_default();
@@ -128,11 +128,11 @@ impl LockGuard {
         held.push_str(&held_line(
             self.acquirer,
             self.dir_id,
-            &h.owner.token,
             &h.name,
+            &h.owner.token,
         ));
         let size = HELD_VAR.len() + 1 + held.len() + 1; // NAME=value and its terminator
-        if let Some(max) = crate::sys::MAX_VARIABLE.filter(|max| size > *max) {
+        if let Some(max) = crate::sys::max_variable().filter(|max| size > *max) {
             return Err(Error::InvalidInput {
                 what: format!("the {HELD_VAR} environment variable"),
                 problem: format!(

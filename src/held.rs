@@ -32,25 +32,26 @@ impl Who {
 
 /// The environment variable that names the locks a process runs under, set by
 /// [`LockGuard::keep_alive_in`](crate::LockGuard::keep_alive_in) (and so by `dirlock run`): one line per lock,
-/// `<holder pid> <dev>:<ino> <token> <lock name>`, where `<dev>:<ino>` identifies the lock
+/// `<holder pid> <dev>:<ino> <lock name> <token>`, where `<dev>:<ino>` identifies the lock
 /// directory and `<token>` the acquisition (its owner record's token). Identities, not path
 /// text or a pid alone: the same lock spelled differently (relative, through a symlink, under
 /// a `TMPDIR` with a newline or a byte that is not UTF-8) is still recognised, and a stale
 /// line (its holder gone, its pid reused: every container's main process is pid 1) names no
-/// one's lock.
+/// one's lock. (A line without the token, as versions before it wrote, is matched by pid.)
 pub const HELD_VAR: &str = "DIRLOCK_HELD";
 
 /// One `DIRLOCK_HELD` line.
-pub(crate) fn held_line(pid: u32, dir: FileId, token: &str, name: &str) -> String {
-    format!("{pid} {}:{} {token} {name}\n", dir.dev, dir.ino)
+pub(crate) fn held_line(pid: u32, dir: FileId, name: &str, token: &str) -> String {
+    format!("{pid} {}:{} {name} {token}\n", dir.dev, dir.ino)
 }
 
-/// The acquisitions (token) that `DIRLOCK_HELD` names for lock `name` in the directory `dir`,
-/// with their holders' pids (other than this process: its own locks are its threads'). Names are compared without case: on a case-insensitive
+/// The acquisitions (token: `None` on a line that says none) that `DIRLOCK_HELD` names for
+/// lock `name` in the directory `dir`, with their holders' pids (other than this process: its
+/// own locks are its threads'). Names are compared without case: on a case-insensitive
 /// filesystem (Windows', macOS's by default) `A.lock` is `a.lock`. So there may be several
 /// (`A.lock` held by one ancestor, `a.lock` by another, on a case-sensitive one): the caller
 /// looks for the lock's owner among them.
-pub(crate) fn held_by_parent(dir: FileId, name: &str) -> Vec<(u32, String)> {
+pub(crate) fn held_by_parent(dir: FileId, name: &str) -> Vec<(u32, Option<String>)> {
     let Some(var) = std::env::var_os(HELD_VAR) else {
         return Vec::new();
     };
@@ -67,9 +68,9 @@ pub(crate) fn held_by_parent(dir: FileId, name: &str) -> Vec<(u32, String)> {
                 dev: dev.parse().ok()?,
                 ino: ino.parse().ok()?,
             };
-            let token = fields.next()?;
             let named = fields.next()?.eq_ignore_ascii_case(name);
-            (id == dir && named && pid != me).then(|| (pid, token.to_owned()))
+            let token = fields.next().map(str::to_owned);
+            (id == dir && named && pid != me).then_some((pid, token))
         })
         .collect()
 }

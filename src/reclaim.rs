@@ -131,17 +131,27 @@ fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Opti
 /// The guard made where it stands (filesystems without no-replace renames): a file created
 /// exclusively, then locked. Whoever gets its `flock` owns it: should another reclaimer have
 /// taken it over between our creating and our locking it (it found it unlocked: a maker
-/// killed there would leave it so), we let go (`Ok(None)`, as when a guard is there already).
-/// Where there is no `flock`, creating it makes it ours.
+/// killed there would leave it so), we let go (`Ok(None)`, as when a guard is there already),
+/// also when that reclaimer has finished and retired it meanwhile (our flock then holds a
+/// file that is no longer the guard). Where there is no `flock`, creating it makes it ours.
 fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S::Dir>, Error> {
     let guard = match sp.sys.open_file_at(sp.dir, gname, true) {
         Ok(g) => g,
         Err(e) if is(&e, Errno::Exists) => return Ok(None),
         Err(e) => return Err(Error::io("create the reclaim guard", sp.entry(gname), e)),
     };
-    match try_lock_past_peekers(sp, &guard, gname)? {
-        Some(true) | None => Ok(Some(guard)),
-        Some(false) => Ok(None),
+    if try_lock_past_peekers(sp, &guard, gname)? == Some(false) {
+        return Ok(None);
+    }
+    let mine = match sp.sys.meta(&guard) {
+        Ok(m) => m,
+        // Retired meanwhile (some FUSE filesystems say so for a removed file).
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(gname), e)),
+    };
+    match sp.sys.meta_at(sp.dir, gname) {
+        Ok(now) if now.id == mine.id => Ok(Some(guard)),
+        _ => Ok(None),
     }
 }
 

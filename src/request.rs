@@ -243,9 +243,14 @@ impl LockRequest {
         let parents = held_by_parent(dir_id, name);
         if !parents.is_empty() {
             // An ancestor said it runs us under this lock: if that very acquisition still
-            // holds it, waiting would wait for ourselves.
+            // holds it, waiting would wait for ourselves. (A line without a token, from a
+            // version before them, says only its pid.)
             if let Seen::Owned { owner, .. } = self.dir.space(dir).observe(name)? {
-                if let Some((pid, _)) = parents.iter().find(|(_, t)| *t == owner.token) {
+                let theirs = |(pid, token): &&(u32, Option<String>)| match token {
+                    Some(t) => *t == owner.token,
+                    None => *pid == owner.pid,
+                };
+                if let Some((pid, _)) = parents.iter().find(theirs) {
                     return Err(Error::HeldByParent {
                         lock: lock_path.to_owned(),
                         resource: resource.to_owned(),

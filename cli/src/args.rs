@@ -52,13 +52,14 @@ pub(crate) enum Cmd {
         doc = "\n\nWhile it waits, a signal that would end it (SIGINT, Ctrl-C included, \
         SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2) abandons the wait, leaves \
         nothing behind, and ends `dirlock run` as it would have (the shell sees 128+N), \
-        without running the command, as with flock(1); one that comes as the command is being \
-        started keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
+        without running the command, as with flock(1); one that comes before the command's \
+        exec begins keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
         script's background job) stay ignored, and reach the command ignored. Once the \
         command runs, those signals sent to `dirlock run` are forwarded to it. The command \
         never outlives `dirlock run`: if `dirlock run` is killed (even by SIGKILL), the kernel \
         kills the command too, unless the command changes its user or group (sudo, su, \
-        setpriv, a daemon dropping privileges) or runs a set-user-ID program, which takes that \
+        setpriv, a daemon dropping privileges) or runs a program that gains privileges \
+        (set-user-ID or set-group-ID, or with file capabilities), which takes that \
         away: such a command runs on, holding the lock only through the beacon it inherited \
         (not at all with -o). The command inherits the lock's beacon (unless -o), so what it \
         leaves running in the background keeps the lock held. It finds the lock named in \
@@ -70,8 +71,8 @@ pub(crate) enum Cmd {
         doc = "\n\nWhile it waits, a signal that would end it (SIGINT, Ctrl-C included, \
         SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGALRM, SIGUSR1, SIGUSR2) abandons the wait, leaves \
         nothing behind, and ends `dirlock run` as it would have (the shell sees 128+N), \
-        without running the command, as with flock(1); one that comes as the command is being \
-        started keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
+        without running the command, as with flock(1); one that comes before the command's \
+        exec begins keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
         script's background job) stay ignored, and reach the command ignored. Once the \
         command runs, those signals sent to `dirlock run` are forwarded to it. The command \
         inherits the lock's beacon (unless -o), so the lock stays held while it, or anything \
@@ -127,7 +128,8 @@ pub(crate) enum Cmd {
             doc = "The command does not inherit the beacon: what it leaves running in the \
             background does not keep the lock held (without -o it would, never reclaimed, until \
             it ends). Were `dirlock run` killed, the command dies with it, unless it changed its \
-            user or group (sudo, su, setpriv, a daemon) or ran a set-user-ID program: such a \
+            user or group (sudo, su, setpriv, a daemon) or ran a program that gains privileges \
+            (set-user-ID or set-group-ID, or with file capabilities): such a \
             command runs on, and with -o nothing holds the lock while it does (the next \
             contender takes it). Do not use -o for such a command."
         )]

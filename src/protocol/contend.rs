@@ -515,16 +515,12 @@ fn wait_for_change<S: System>(k: &Contender<S>, w: &Waiting<S>) -> Result<Option
     Ok(p.into_watch())
 }
 
-/// How long a waiter sleeps on its watch at most before it looks at the lock again. Every
-/// notification can be lost (a kernel queue that overflows while the process is stopped or
-/// busy, a watch a platform drops): a lost one then costs this long, never a wedge.
-pub(crate) const LOOK_AGAIN: Duration = Duration::from_secs(1);
-
 /// The sleeps of a [`Next::Wait`], for the blocking and the asynchronous waiter alike: on the
 /// watch until the lock changed, with wake-ups that changed nothing filtered (with no new
 /// opens of the lock directory: an open and close by us would wake every other waiter), and
 /// backoff pauses where nothing can wake us or wake-ups keep changing nothing. No sleep on
-/// the watch lasts longer than [`LOOK_AGAIN`].
+/// the watch lasts longer than [`System::look_again`] (a lost notification costs that long,
+/// never a wedge).
 pub(crate) struct Patience<S: System> {
     watch: Option<S::Watch>,
     backoff: Backoff,
@@ -533,7 +529,7 @@ pub(crate) struct Patience<S: System> {
     spurious: u32,
     /// Whether the last sleep was on the watch.
     watching: bool,
-    /// Whether the last sleep's timeout was [`LOOK_AGAIN`], not the wait's own end.
+    /// Whether the last sleep's timeout was [`System::look_again`], not the wait's own end.
     capped: bool,
 }
 
@@ -573,8 +569,9 @@ impl<S: System> Patience<S> {
         // meanwhile is queued and wakes the next sleep at once.
         self.watching = self.watch.is_some() && self.spurious < 3;
         if self.watching {
-            self.capped = left.is_none_or(|l| l > LOOK_AGAIN);
-            let timeout = if self.capped { Some(LOOK_AGAIN) } else { left };
+            let look_again = k.sp.sys.look_again();
+            self.capped = look_again.is_some_and(|a| left.is_none_or(|l| l > a));
+            let timeout = if self.capped { look_again } else { left };
             Some((self.watch.as_ref(), timeout))
         } else {
             let pause = self.backoff.next_pause();

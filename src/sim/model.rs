@@ -108,6 +108,9 @@ pub(crate) struct State {
     pub(crate) tokens: HashMap<String, usize>,
     pub(crate) next_token: u64,
     pub(crate) inside: Vec<usize>,
+    /// When a process last made progress (entered the critical section, or ended): waiters
+    /// that poll on and on without it are wedged as surely as sleepers nothing can wake.
+    pub(crate) progressed: Duration,
     pub(crate) violations: Vec<String>,
     pub(crate) trace: Vec<String>,
     pub(crate) mutant: Mutant,
@@ -119,6 +122,8 @@ pub(crate) struct State {
     pub(crate) fuse: bool,
     /// No process-exit watch (as without pidfd): see `Config::no_pidfd`.
     pub(crate) no_pidfd: bool,
+    /// Notifications may be lost: see `Config::lossy`.
+    pub(crate) lossy: bool,
     /// Who wrote the marker in each guard directory (the guard's holder where there is no flock).
     pub(crate) marked_by: HashMap<Ino, usize>,
     /// The tokens each process wrote and is not done with (`System::own_token`).
@@ -500,6 +505,7 @@ impl World {
         // Its script is over: the process exits (its pid no longer runs, and what it still
         // had open, a forked child's inherited descriptors, closes).
         st.procs[slot].alive = false;
+        st.progressed = st.mono;
         st.close_all(slot);
         if st.turn == Some(slot) {
             st.turn = None;

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// How long the processes of a schedule may go without progress (entering the critical
+/// section, ending) before the waiters among them count as wedged: longer than any wait the
+/// scripts may rightly make (a 30 s timeout, a grace period).
+const NO_PROGRESS: Duration = Duration::from_secs(120);
+
 /// Picks what happens at each scheduling point: one of `runs` processes to run, or one of
 /// `crashes` processes to crash (the options are numbered runs first).
 pub(crate) trait Strategy {
@@ -109,6 +114,10 @@ pub(crate) fn schedule_from(
     recovery: bool,
 ) -> usize {
     add_processes(world, first, scripts.len(), recovery);
+    {
+        let mut st = world.lock();
+        st.progressed = st.mono;
+    }
     let handles: Vec<_> = scripts
         .iter()
         .enumerate()
@@ -291,6 +300,20 @@ impl Scheduler<'_> {
             })
             .min();
         match wake {
+            // Sleepers that only ever wake to look again (a wait's bound of a second on its
+            // watch: every notification may be lost) and never take the lock are wedged too.
+            Some(t) if t.saturating_sub(st.progressed) > NO_PROGRESS => {
+                st.violation(format!(
+                    "I7: waiters have looked again for {:?} and nobody took the lock",
+                    t.saturating_sub(st.progressed)
+                ));
+                for s in self.slots.clone() {
+                    if st.procs[s].status != Status::Done {
+                        st.crash(s);
+                        st.procs[s].status = Status::Ready;
+                    }
+                }
+            }
             Some(t) => st.mono = st.mono.max(t),
             None => {
                 st.violation("I7: every process waits and nothing can wake it".into());

@@ -314,6 +314,7 @@ pub(crate) fn enter(sys: &SimSys) {
         st.violation(format!("I1: p{me} entered while p{other} is inside"));
     }
     st.inside.push(me);
+    st.progressed = st.mono;
     st.trace.push(format!("p{me} ENTER"));
 }
 

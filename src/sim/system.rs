@@ -540,6 +540,12 @@ impl System for SimSys {
         }))
     }
 
+    /// As on a real system where notifications may be lost (`Config::lossy`); where none is
+    /// lost, none: a waiter that would sleep forever is then seen to (I7).
+    fn look_again(&self) -> Option<Duration> {
+        self.world.lock().lossy.then_some(Duration::from_secs(1))
+    }
+
     fn sleep(
         &self,
         watch: Option<&SimWatch>,

@@ -69,6 +69,18 @@ fn exhaustive(cfg: &Config, limit: usize) -> Result<usize, String> {
 
 #[test]
 fn regressions() {
+    // On FUSE, a reclaimer's fresh file guard was taken over before it locked it, retired by
+    // the one that took it, and then locked (an unlinked file) by its maker, which worked
+    // beside the maker of the next guard: I5 (found by the review of issue 18).
+    let mut scripts = workers(5, Wait::Forever);
+    scripts.push(Script::Unlocker);
+    let mut cfg = config(scripts, Mutant::None);
+    cfg.fuse = true;
+    for seed in [341, 1423, 18490] {
+        if let Err(v) = run(&cfg, &mut Random::new(seed)) {
+            panic!("seed {seed} (FUSE):\n{v}");
+        }
+    }
     // A sweep reaped a releaser's fresh tombstone before the releaser checked it; the
     // release reported its lock lost although it had retired it (found by the soak at
     // seed 18619; the schedule is seed 674 since the model gained scheduling points).

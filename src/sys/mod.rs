@@ -22,28 +22,33 @@ pub(crate) use per_process::PerProcess;
 
 #[cfg(all(unix, test))]
 pub(crate) use unix::finishes_in_a_fork;
+#[cfg(unix)]
+use unix::process_key;
 #[cfg(all(unix, feature = "tokio"))]
 pub(crate) use unix::{check_reactor, sleep_async};
 #[cfg(unix)]
 pub use unix::{CancelHandle, Real};
 #[cfg(windows)]
 pub(crate) use windows::name_on_disk;
+#[cfg(windows)]
+use windows::process_key;
 #[cfg(all(windows, feature = "tokio"))]
 pub(crate) use windows::{check_reactor, sleep_async};
 #[cfg(windows)]
 pub use windows::{CancelHandle, Real};
 
 /// The longest environment variable (`NAME=value` and its terminator) a spawned program can be
-/// given: Linux's `MAX_ARG_STRLEN` (32 pages of 4 KiB); Windows' 32767 characters (bytes
-/// here: a variable of ours is ASCII); elsewhere no bound of its own (only the whole
-/// environment's, which the spawn reports).
-pub(crate) const MAX_VARIABLE: Option<usize> = if cfg!(target_os = "linux") {
-    Some(131_072)
-} else if cfg!(windows) {
-    Some(32_767)
-} else {
+/// given: Linux's `MAX_ARG_STRLEN` (32 pages: 128 KiB with 4 KiB pages, 2 MiB with 64 KiB
+/// ones); Windows' 32767 characters (bytes here: a variable of ours is ASCII); elsewhere no
+/// bound of its own (only the whole environment's, which the spawn reports).
+pub(crate) fn max_variable() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    return Some(32 * unix::page_size());
+    #[cfg(windows)]
+    return Some(32_767);
+    #[allow(unreachable_code)]
     None
-};
+}
 
 /// The real system's open directory.
 pub(crate) type RealDir = <Real as System>::Dir;
@@ -316,6 +321,12 @@ pub trait System: Clock {
         pid: Option<u32>,
         beacon: bool,
     ) -> io::Result<Option<Self::Watch>>;
+    /// How long a sleep on a watch may last at most before the waiter looks at the lock again,
+    /// where a notification may be lost: on a real system, every one may (a kernel queue that
+    /// overflows while the process is stopped or busy, a watch a platform drops), so a second.
+    fn look_again(&self) -> Option<Duration> {
+        Some(Duration::from_secs(1))
+    }
     /// Sleeps until `watch` fires, `timeout` passes (`None`: no timeout), or `cancel` fires.
     fn sleep(
         &self,

@@ -8,7 +8,7 @@
 //! copy (perhaps locked, perhaps half changed) is left alone.
 #![allow(unsafe_code)]
 
-use super::{Identity, Real, System};
+use super::{process_key, Identity};
 use std::collections::HashSet;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -26,7 +26,8 @@ pub(crate) struct PerProcess<T> {
 
 /// One process's value.
 struct Slot<T> {
-    pid: u32,
+    /// The process (see `process_key`).
+    process: (u32, u64),
     value: Mutex<T>,
 }
 
@@ -43,7 +44,7 @@ impl<T> PerProcess<T> {
     /// This process's value is `value` (a forked child makes its own with `make`).
     pub(crate) fn with(value: T, make: fn() -> T) -> PerProcess<T> {
         let slot = Box::new(Slot {
-            pid: Real.pid(),
+            process: process_key(),
             value: Mutex::new(value),
         });
         PerProcess {
@@ -56,18 +57,18 @@ impl<T> PerProcess<T> {
     /// Locks this process's value, making it first if this process has none yet (it is new,
     /// or a forked child).
     pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
-        let pid = Real.pid();
+        let process = process_key();
         loop {
             let seen = self.current.load(Ordering::Acquire);
             // SAFETY: a non-null pointer here came from `Box::into_raw`, and a slot is freed
             // only by `drop`, which has `&mut self`: it lives as long as the borrow of `self`.
             if let Some(slot) = unsafe { seen.as_ref() } {
-                if slot.pid == pid {
+                if slot.process == process {
                     return slot.value.lock().unwrap_or_else(|e| e.into_inner());
                 }
             }
             let fresh = Box::into_raw(Box::new(Slot {
-                pid,
+                process,
                 value: Mutex::new((self.make)()),
             }));
             if self
@@ -93,7 +94,7 @@ impl<T> Drop for PerProcess<T> {
         }
         // SAFETY: the pointer came from `Box::into_raw` and nothing else can reach it now.
         let slot = unsafe { Box::from_raw(slot) };
-        if slot.pid != Real.pid() {
+        if slot.process != process_key() {
             // A parent's, in a forked child: left alone (see `lock`).
             std::mem::forget(slot);
         }

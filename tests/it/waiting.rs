@@ -160,8 +160,9 @@ fn a_live_holder_is_waited_for_without_spinning() {
 
 /// A holder judged by its pid alone (a record without a beacon, as on a filesystem without
 /// flock) wakes its waiter when it dies, also where the kernel cannot watch a process (no
-/// pidfd: kernels before 5.3, some sandboxes): the waiter looks again on its own instead of
-/// sleeping until something else touches the lock.
+/// pidfd: kernels before 5.3, some sandboxes): the waiter looks again on its own every 100 ms
+/// (its `poll` says so; a lost notification's bound is a second) instead of sleeping until
+/// something else touches the lock.
 #[test]
 fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd() {
     if lacks(
@@ -185,7 +186,7 @@ fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd() {
     let trace_s = trace.to_str().unwrap();
     let strace = strace_injecting(
         trace_s,
-        "trace=pidfd_open",
+        "trace=pidfd_open,poll",
         "inject=pidfd_open:error=ENOSYS",
     );
     // The holder is started from this thread (its death signal follows the thread that
@@ -208,6 +209,13 @@ fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd() {
         refused
     });
     assert!(refused, "the waiter never asked for a pidfd");
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        trace
+            .lines()
+            .any(|l| l.contains("poll(") && l.contains("], 4, 100)")),
+        "the waiter did not look again every 100 ms:\n{trace}"
+    );
 }
 
 /// An asynchronous waiter sleeps like a blocking one: a wake-up that changed nothing (here a

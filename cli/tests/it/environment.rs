@@ -81,8 +81,8 @@ fn a_stale_held_line_with_a_reused_pid_names_no_one() {
     let id = dev_ino(fx.dir());
     let pid = holder.pid();
     for stale in [
-        format!("{pid} {id} p.lock\n"), // without an acquisition
-        format!("{pid} {id} 0b1f5a52-0000-4000-8000-000000000000 p.lock\n"), // another one's
+        format!("{pid} {id} p.lock 0b1f5a52-0000-4000-8000-000000000000\n"), // another one's
+        format!("{pid} {id} p.lock 0b1f5a52-0000-4000-8000-000000000000 more\n"),
     ] {
         let mut run = dirlock_in(fx.dir(), &["run", "-n", "--lock", "p.lock", "--", "true"]);
         run.env("DIRLOCK_HELD", &stale);
@@ -93,17 +93,23 @@ fn a_stale_held_line_with_a_reused_pid_names_no_one() {
     }
     // The holder's own line (as it gives it to its command) is its parent's lock.
     let token = recorded(&holder.path.join("owner.json")).token;
-    let mut run = dirlock_in(
-        fx.dir(),
-        &["run", "--wait", "--lock", "p.lock", "--", "true"],
-    );
-    run.env("DIRLOCK_HELD", format!("{pid} {id} {token} p.lock\n"));
-    let o = out(run);
-    assert!(
-        said(&o).contains("held by this process's parent"),
-        "{}",
-        said(&o)
-    );
+    // So is a line without a token (written by a build before it): it says only its pid.
+    for line in [
+        format!("{pid} {id} p.lock {token}\n"),
+        format!("{pid} {id} p.lock\n"),
+    ] {
+        let mut run = dirlock_in(
+            fx.dir(),
+            &["run", "--wait", "--lock", "p.lock", "--", "true"],
+        );
+        run.env("DIRLOCK_HELD", line);
+        let o = out(run);
+        assert!(
+            said(&o).contains("held by this process's parent"),
+            "{}",
+            said(&o)
+        );
+    }
 }
 
 /// An inherited `DIRLOCK_HELD` so long that this lock's line takes it past the kernel's limit
@@ -112,7 +118,7 @@ fn a_stale_held_line_with_a_reused_pid_names_no_one() {
 #[test]
 fn a_held_variable_past_the_kernels_limit_is_named() {
     let fx = Fixture::new();
-    let line = "1 1:1 0b1f5a52-0000-4000-8000-000000000000 elsewhere.lock\n";
+    let line = "1 1:1 elsewhere.lock 0b1f5a52-0000-4000-8000-000000000000\n";
     // 131050 bytes: `dirlock` itself starts (with `DIRLOCK_HELD=` and a terminator, 131064 of
     // the 131072 allowed), and any line added takes it past.
     let mut long = line.repeat(131_050 / line.len());
@@ -407,13 +413,20 @@ impl Windows {
         ) {
             return None;
         }
-        let tmp = std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
-        // This user's prefix, as `.ci/wine-run` names it.
-        let uid = String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap();
+        // The caller's prefix, else this user's as `.ci/wine-run` names it.
+        let prefix = std::env::var_os("WINEPREFIX").map_or_else(
+            || {
+                let tmp = std::env::var_os("TMPDIR").unwrap_or_else(|| "/tmp".into());
+                let uid = Command::new("id").arg("-u").output().unwrap().stdout;
+                let uid = String::from_utf8(uid).unwrap();
+                Path::new(&tmp).join(format!("wine-prefix-for-dirlock-{}", uid.trim()))
+            },
+            std::path::PathBuf::from,
+        );
         Some(Windows {
             exe: exe.unwrap(),
             runner,
-            prefix: Path::new(&tmp).join(format!("wine-prefix-for-dirlock-{}", uid.trim())),
+            prefix,
         })
     }
 

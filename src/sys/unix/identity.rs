@@ -25,9 +25,21 @@ static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 /// forever.)
 static ATFORK: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
+/// How many forks made this process, counted from the first use of the pid (by the same
+/// handler): with the pid, it tells this process from an ancestor whose pid it got back.
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 extern "C" fn forget_pid_in_child() {
-    // Async-signal-safe: a relaxed atomic store.
+    // Async-signal-safe: relaxed atomic operations.
     PID.store(0, Ordering::Relaxed);
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// This process, told apart from every other one in its line of forks: its pid, and how many
+/// forks made it (a grandchild may get its grandparent's pid back).
+pub(crate) fn process_key() -> (u32, u64) {
+    let pid = getpid();
+    (pid, FORKS.load(Ordering::Relaxed))
 }
 
 pub(super) fn getpid() -> u32 {

@@ -38,6 +38,7 @@ use linux as platform;
 #[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
 use other as platform;
 
+pub(crate) use identity::process_key;
 use identity::{getpid, read_identity};
 pub use platform::Watch;
 pub use wait::CancelHandle;
@@ -100,6 +101,14 @@ fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
             other => return other,
         }
     }
+}
+
+/// The size of a memory page.
+#[cfg(target_os = "linux")]
+pub(super) fn page_size() -> usize {
+    // SAFETY: sysconf takes a plain name and returns a value or -1.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).unwrap_or(4096)
 }
 
 /// The monotonic clock (`CLOCK_MONOTONIC`): read without a lock or a one-time initializer,

@@ -460,6 +460,11 @@ fn pid() -> u32 {
     unsafe { GetCurrentProcessId() }
 }
 
+/// This process: its pid (Windows does not fork).
+pub(crate) fn process_key() -> (u32, u64) {
+    (pid(), 0)
+}
+
 impl System for Real {
     type Dir = Dir;
     type Watch = Watch;

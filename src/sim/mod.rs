@@ -225,6 +225,11 @@ fn new_world(cfg: &Config) -> Arc<World> {
             trace: Vec::new(),
             mutant: cfg.mutant,
             no_flock: cfg.no_flock,
+            victim: cfg
+                .scripts
+                .iter()
+                .rposition(|s| !matches!(s, Script::Forked))
+                .unwrap_or(0),
             fuse: cfg.fuse,
             no_pidfd: cfg.no_pidfd,
             lossy: cfg.lossy,

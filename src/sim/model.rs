@@ -116,6 +116,11 @@ pub(crate) struct State {
     pub(crate) mutant: Mutant,
     /// Every flock fails with ENOLCK, as on filesystems without it: owners are judged by pid.
     pub(crate) no_flock: bool,
+    /// The slot whose pid a [`Plant::TheirOwnPid`](super::scripts::Plant) record names: the
+    /// last process that is not a forked child (a child exists in the model before its fork,
+    /// waiting for a parent that may be waiting for the planted lock: a deadlock of the
+    /// scenario, not of the protocol).
+    pub(crate) victim: usize,
     /// A FUSE filesystem like bindfs: no `RENAME_NOREPLACE` (plain renames, which replace an
     /// empty directory, verified by the protocol), and `fstat` of a removed directory fails
     /// with ENOENT (a scheduling point, so that a removal can come between an open and it).

@@ -39,7 +39,8 @@ pub(crate) enum Plant {
     /// NUL): never a path component.
     Token(u8),
     /// A record of our format (its pid namespace ours, no beacon) naming the pid of a live
-    /// simulated process (the last one started) with a token that process never wrote: dead to
+    /// simulated process (the last one started
+    /// that is not a forked child) with a token that process never wrote: dead to
     /// it, live to the others until it exits.
     TheirOwnPid,
     /// A dead owner's beacon record from another host name on this kernel (our boot id).
@@ -279,7 +280,7 @@ fn plant_lock(sys: &SimSys, plant: Plant) {
         if st.lookup(d, LOCK).is_ok() || st.dir_entries(d).is_err() {
             return false;
         }
-        let victim = st.procs.last().map_or(0, |p| p.pid);
+        let victim = st.procs.get(st.victim).map_or(0, |p| p.pid);
         let record = plant.record(victim, st.no_flock).into_bytes();
         let lock = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
         let file = st.new_inode(Node::File(record), 0o600, false);

@@ -141,6 +141,7 @@ async fn pause(pause: Duration, cancel: Option<&crate::sys::CancelHandle>) -> bo
     matches!(first(sleep, cancelled(cancel)).await, Either::B(()))
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl LockRequest {
     /// Takes the lock without holding a thread while it waits (feature `tokio`). Waiting,
     /// options, errors and refusals are those of [`LockRequest::acquire`]; the wait is in the
@@ -263,6 +264,7 @@ impl LockRequest {
             if let Some((owner, judgement, since)) = holder() {
                 *told = true;
                 f(&Waiting {
+                    resource: t.resource.clone(),
                     lock: t.path.clone(),
                     owner,
                     judgement,
@@ -316,6 +318,7 @@ impl LockRequest {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl LockRequest {
     /// Takes the lock without holding a thread, runs `f` with its guard, and releases the lock
     /// (also when the future is dropped or `f` panics): [`LockRequest::run_with`] for async
@@ -383,6 +386,7 @@ async fn contend(
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 impl Locks {
     /// [`Locks::with_repository_lock`] for async code: waits without holding a thread (feature
     /// `tokio`).

@@ -61,8 +61,8 @@ pub enum Error {
         clock_ahead: bool,
     },
     /// Another process is reclaiming the lock (or a foreign guard is still fresh).
-    #[error("{} is being reclaimed under the guard {}{}", subject(lock, resource), text::path(guard),
-        match remaining { Some(r) => format!(" (left by another implementation; reused in {} if nobody removes it)", secs(*r)), None => "; retry in a moment".into() })]
+    #[error("another process is taking over {} from a holder that ended{}", subject(lock, resource),
+        match remaining { Some(r) => format!("; the marker {} that another program left for it is respected {} more (it may have crashed: it is reused then)", text::path(guard), secs(*r)), None => "; retry in a moment".into() })]
     Guarded {
         /// The guard directory.
         guard: PathBuf,
@@ -186,8 +186,8 @@ pub enum Error {
 
 impl Error {
     /// The message without the advice on what to do: what happened and to which lock. A
-    /// caller that words the advice its own way (the `dirlock` command names its flags where
-    /// the library names [`crate::Wait`]) appends its own to this.
+    /// caller that words the advice its own way (the `dirlock` command names its flags)
+    /// appends its own to this.
     pub fn facts(&self) -> String {
         match self {
             Error::Locked {
@@ -196,13 +196,32 @@ impl Error {
                 owner,
                 judgement,
                 since,
-            } => format!(
-                "{} is held by {} since {}, judged {}",
-                subject(lock, resource),
-                holder(owner),
-                when(*since),
-                text::escape(&judgement.to_string())
-            ),
+            } => {
+                let head = if judgement.owner_exited {
+                    format!(
+                        "{} is held by a process that {} started, which inherited the lock (pid {} itself has exited), since {}",
+                        subject(lock, resource),
+                        holder(owner),
+                        owner.pid,
+                        when(*since)
+                    )
+                } else {
+                    format!(
+                        "{} is held by {} since {}",
+                        subject(lock, resource),
+                        holder(owner),
+                        when(*since)
+                    )
+                };
+                if judgement.liveness == crate::Liveness::Unknown {
+                    format!(
+                        "{head}, which cannot be checked from here: {}",
+                        text::escape(&judgement.reason)
+                    )
+                } else {
+                    head
+                }
+            }
             Error::Malformed {
                 lock,
                 resource,
@@ -233,14 +252,14 @@ impl Error {
                 "it is never reclaimed automatically: check the holder where it ran, and once it is gone remove the lock by hand".into()
             }
             Error::Locked { .. } => {
-                "retry when it finishes, or wait for it (`Wait::Forever` or `Wait::Timeout`)".into()
+                "retry when it finishes, or wait for it".into()
             }
             Error::Malformed { lock, .. } => format!(
-                "check that no process uses it, then remove it with `LockRequest::unlock(true)` (which refuses while a process holds a lock on it) or remove {} by hand",
+                "check that no process uses it, then remove {} by hand",
                 text::path(lock)
             ),
             Error::LockOrder { .. } => {
-                "take the global setup lock first (`Locks::with_setup_locks` does)".into()
+                "take the global setup lock first, then the repository lock".into()
             }
             _ => return None,
         })
@@ -332,12 +351,9 @@ fn holder(owner: &Owner) -> String {
     }
 }
 
+/// What the lock is for, then its path: `named lock deploy (lock /srv/locks/deploy.lock)`.
 fn subject(lock: &std::path::Path, resource: &str) -> String {
-    format!(
-        "the lock {} for {}",
-        text::path(lock),
-        text::escape(resource)
-    )
+    format!("{} (lock {})", text::escape(resource), text::path(lock))
 }
 
 fn stale(
@@ -349,19 +365,19 @@ fn stale(
     clock_ahead: bool,
 ) -> String {
     let head = format!(
-        "{} is held by {}, judged {}",
+        "{} was held by {}, which seems to have ended ({})",
         subject(lock, resource),
         holder(owner),
-        text::escape(&judgement.to_string())
+        text::escape(&judgement.reason)
     );
     if clock_ahead {
         format!(
-            "{head}; its modification time is in the future (a clock was set back), so its grace period counts from when a waiting acquisition first sees it unchanged: wait for it, and it is reclaimed {} into the wait",
+            "{head}; its modification time is in the future (a clock was set back), so its grace period counts from when a waiting acquisition first sees it unchanged: wait for it, and it is taken over {} into the wait",
             secs(remaining)
         )
     } else {
         format!(
-            "{head}; it becomes reclaimable in {} (retry then, or wait for it)",
+            "{head}; it can be taken over in {} (retry then, or wait for it)",
             secs(remaining)
         )
     }

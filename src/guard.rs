@@ -157,6 +157,36 @@ impl LockGuard {
         self.release_inner()
     }
 
+    /// Whether the lock is still this guard's, as its release would find it: one `fstatat`
+    /// of the lock, compared with the directory this guard published. A long job can ask
+    /// before each step that must not overlap another process's work, and stop after a loss
+    /// (an operator's `unlock --force` of a lock judged damaged, a lock directory removed by
+    /// hand), rather than learn of it only at the release.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lost`] when the lock was taken away or replaced (as [`LockGuard::release`]
+    /// would report); [`Error::Io`] when it cannot be looked at.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+    /// let guard = locks.named_lock("job").acquire()?;
+    /// for step in 0..3 {
+    ///     guard.check()?; // stop before writing, had the lock been lost
+    ///     let _ = step;
+    /// }
+    /// guard.release()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn check(&self) -> Result<(), Error> {
+        let Some(held) = &self.held else {
+            return Ok(());
+        };
+        let sp = self.lock_dir.space(&self.dir);
+        protocol::check_held(&sp, held, &self.resource)
+    }
+
     fn release_inner(&mut self) -> Result<(), Error> {
         let Some(held) = self.held.take() else {
             return Ok(());

@@ -26,6 +26,9 @@ pub struct Status {
     pub owner: Option<Owner>,
     /// Why the owner was judged as it was (or what is malformed).
     pub reason: Option<String>,
+    /// The recorded owner has exited and a process it started holds the lock (see
+    /// [`crate::Judgement::owner_exited`]).
+    pub owner_exited: bool,
     /// When the lock was taken (its directory's modification time).
     pub since: Option<SystemTime>,
     /// The reclaim guard.
@@ -164,6 +167,7 @@ pub(crate) fn status<S: System>(
         state: State::Free,
         owner: None,
         reason: None,
+        owner_exited: false,
         since: None,
         guard: GuardState::Absent,
         candidates: Vec::new(),
@@ -181,9 +185,10 @@ pub(crate) fn status<S: System>(
             st.state = State::Malformed { problem };
         }
         Seen::Owned { dir, meta, owner } => {
-            let (state, reason) = judged(sp, &dir, &meta, &owner, me, grace);
+            let (state, judgement) = judged(sp, &dir, &meta, &owner, me, grace);
             st.state = state;
-            st.reason = Some(reason);
+            st.reason = Some(judgement.reason);
+            st.owner_exited = judgement.owner_exited;
             st.since = Some(meta.mtime);
             st.owner = Some(owner);
         }
@@ -201,12 +206,10 @@ fn judged<S: System>(
     owner: &Owner,
     me: &Identity,
     grace: Duration,
-) -> (State, String) {
-    let Judgement {
-        liveness,
-        mut reason,
-    } = sp.judge(dir, owner, me);
-    let state = match liveness {
+) -> (State, Judgement) {
+    let mut judgement = sp.judge(dir, owner, me);
+    let reason = &mut judgement.reason;
+    let state = match judgement.liveness {
         Liveness::Live => State::Held,
         Liveness::Unknown => State::Unknown,
         Liveness::DeadByProof => State::DeadByProof,
@@ -223,7 +226,7 @@ fn judged<S: System>(
             }
         }
     };
-    (state, reason)
+    (state, judgement)
 }
 
 /// The candidates and tombstones of one lock, with their ages (and, for a candidate, whether

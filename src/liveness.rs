@@ -71,11 +71,15 @@ impl fmt::Display for Liveness {
 
 /// A judgement and the reason for it, in words.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Judgement {
     /// The conclusion.
     pub liveness: Liveness,
-    /// Why, in words (e.g. "its beacon lock is held").
+    /// Why, in words (e.g. "a process holds it open").
     pub reason: String,
+    /// The recorded owner has exited, and a process it started (which inherited the lock)
+    /// holds it: the pid in the record is not who holds it.
+    pub owner_exited: bool,
 }
 
 impl Judgement {
@@ -83,6 +87,7 @@ impl Judgement {
         Judgement {
             liveness,
             reason: reason.into(),
+            owner_exited: false,
         }
     }
 }
@@ -156,16 +161,22 @@ pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Jud
     }
     if owner.has_beacon() {
         return match probe.beacon_free() {
-            Some(true) => Judgement::new(DeadByProof, "nobody holds its beacon lock"),
-            Some(false) if recorded_owner_gone(owner, me, probe) => Judgement::new(
-                Live,
-                format!(
-                    "its recorded owner, pid {0}, has exited, but another process keeps the lock (one that pid {0} started, which inherited it)",
-                    owner.pid
-                ),
+            Some(true) => Judgement::new(
+                DeadByProof,
+                "no process holds it open any more (the system says so)",
             ),
-            Some(false) => Judgement::new(Live, "its beacon lock is held"),
-            None => Judgement::new(Live, "its beacon lock cannot be probed"),
+            Some(false) if recorded_owner_gone(owner, me, probe) => Judgement {
+                owner_exited: true,
+                ..Judgement::new(
+                    Live,
+                    format!(
+                        "its recorded owner, pid {0}, has exited, but another process keeps the lock (one that pid {0} started, which inherited it)",
+                        owner.pid
+                    ),
+                )
+            },
+            Some(false) => Judgement::new(Live, "a process holds it open"),
+            None => Judgement::new(Live, "whether a process holds it open cannot be asked"),
         };
     }
     if let Some(ns) = &owner.pid_namespace {

@@ -1,4 +1,5 @@
-//! The lock directory itself: created private (mode exactly 0700) or refused with advice,
+//! The lock directory itself: created private (mode exactly 0700), or an existing one that
+//! only its owner can write, or refused with advice,
 //! its parents checked against renames by others, and re-created when a temp cleaner removed
 //! it.
 
@@ -72,6 +73,14 @@ pub(crate) struct LockDir {
 
 type Opened = (Arc<RealDir>, FileId);
 
+fn identified(dir: RealDir, path: &Path) -> Result<Opened, Error> {
+    let id = Real
+        .meta(&dir)
+        .map_err(|e| Error::io("inspect the lock directory", path, e))?
+        .id;
+    Ok((Arc::new(dir), id))
+}
+
 fn unopened() -> Option<Opened> {
     None
 }
@@ -102,23 +111,26 @@ enum Role {
 
 /// What to do about a lock directory that is not private, without ever suggesting a change
 /// to a directory that others share.
-const USE_A_PRIVATE_ONE: &str = "lock directories must be private to you: use the per-user namespace under the temporary directory (`Locks::new`), or a new directory made only for your locks (`Locks::in_dir`, which creates it with mode 700)";
+const USE_A_PRIVATE_ONE: &str = "a lock directory must be one that only you can write (others may read it): use your own lock namespace under the temporary directory, or a directory only you can write (a missing one is made with mode 700)";
 
 /// Creates (mode exactly 0700) or opens the private directory `name` in `parent`.
+/// Without `create`, a missing one is `None`.
 fn open_private(
     parent: &RealDir,
     parent_path: &Path,
     name: &str,
     uid: u32,
     role: Role,
-) -> Result<RealDir, Error> {
+    create: bool,
+) -> Result<Option<RealDir>, Error> {
     let sys = Real;
     let path = parent_path.join(name);
-    let created = match sys.mkdir_at(parent, name) {
-        Ok(()) => true,
-        Err(e) if is(&e, Errno::Exists) => false,
-        Err(e) => return Err(Error::io("create the lock directory", path, e)),
-    };
+    let created = create
+        && match sys.mkdir_at(parent, name) {
+            Ok(()) => true,
+            Err(e) if is(&e, Errno::Exists) => false,
+            Err(e) => return Err(Error::io("create the lock directory", path, e)),
+        };
     let opened = if created {
         sys.open_made_dir_at(parent, name)
     } else {
@@ -126,6 +138,7 @@ fn open_private(
     };
     let dir = match opened {
         Ok(d) => d,
+        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => {
             return Err(Error::Unsafe {
                 path,
@@ -160,7 +173,14 @@ fn open_private(
         // Whatever the umask took away (even the owner's bits), the mode is exactly 0700.
         sys.set_mode(&dir, 0o700)
             .map_err(|e| Error::io("set the mode of the lock directory", &path, e))?;
-    } else if meta.mode & 0o777 != 0o700 {
+    } else if match role {
+        // Our own namespace is ours alone, as the reference makes it.
+        Role::Namespace => meta.mode & 0o777 != 0o700,
+        // A directory the caller chose (a project's, mode 755) may be read by others, as
+        // OpenSSH's StrictModes allows: only writing it lets others replace or remove a lock,
+        // and each lock inside is private.
+        Role::Chosen => meta.mode & 0o022 != 0,
+    } {
         // Only our own namespace (named after our uid, made by us) may be made private again.
         // A directory the caller named may be anything (/usr, a project, /var/lib) and others
         // may rely on its mode: never advise changing it.
@@ -178,17 +198,37 @@ fn open_private(
         return Err(Error::Unsafe {
             problem: if cfg!(windows) {
                 format!("it has {}", crate::sys::mode_words(meta.mode))
-            } else {
+            } else if role == Role::Namespace {
                 format!("it has mode {:o}, not 700", meta.mode & 0o7777)
+            } else {
+                format!(
+                    "it has mode {:o}: {} may write it, and so replace the locks inside or take them away",
+                    meta.mode & 0o7777,
+                    if meta.mode & 0o002 != 0 {
+                        "anyone"
+                    } else {
+                        "its group"
+                    }
+                )
             },
             fix,
             path,
         });
     }
-    Ok(dir)
+    Ok(Some(dir))
 }
 
-fn open_origin(origin: &Origin, uid: u32) -> Result<(RealDir, PathBuf), Error> {
+/// The path of the lock directory `origin` names.
+fn path_of(origin: &Origin, uid: u32) -> PathBuf {
+    match origin {
+        Origin::App { temp, app } => temp.join(paths::base_name(app, uid)).join(LOCK_DIR),
+        Origin::Dir(path) => path.clone(),
+    }
+}
+
+/// Opens the lock directory `origin` names, made (with the base directory of a namespace) if
+/// missing and `create`; `None` when it is missing and not to be made.
+fn open_origin(origin: &Origin, uid: u32, create: bool) -> Result<Option<RealDir>, Error> {
     match origin {
         Origin::App { temp, app } => {
             check_ancestors(
@@ -200,10 +240,12 @@ fn open_origin(origin: &Origin, uid: u32) -> Result<(RealDir, PathBuf), Error> {
                 .open_dir_path(temp)
                 .map_err(|e| Error::io("open the temporary directory", temp, e))?;
             let base_name = paths::base_name(app, uid);
-            let base = open_private(&tmp, temp, &base_name, uid, Role::Namespace)?;
+            let Some(base) = open_private(&tmp, temp, &base_name, uid, Role::Namespace, create)?
+            else {
+                return Ok(None);
+            };
             let base_path = temp.join(&base_name);
-            let dir = open_private(&base, &base_path, LOCK_DIR, uid, Role::Namespace)?;
-            Ok((dir, base_path.join(LOCK_DIR)))
+            open_private(&base, &base_path, LOCK_DIR, uid, Role::Namespace, create)
         }
         Origin::Dir(path) => {
             let (parent, name) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
@@ -234,46 +276,53 @@ fn open_origin(origin: &Origin, uid: u32) -> Result<(RealDir, PathBuf), Error> {
             let p = Real
                 .open_dir_path(parent)
                 .map_err(|e| Error::io("open the parent of the lock directory", parent, e))?;
-            Ok((
-                open_private(&p, parent, name, uid, Role::Chosen)?,
-                path.clone(),
-            ))
+            open_private(&p, parent, name, uid, Role::Chosen, create)
         }
     }
 }
 
 impl LockDir {
+    /// The lock directory `origin` names: opened and checked if it exists, else made (and
+    /// checked) by the first acquisition, so that naming or inspecting a lock creates nothing.
     pub(crate) fn open(origin: Origin) -> Result<LockDir, Error> {
         let uid = Real.identity().uid;
-        let (dir, path) = open_origin(&origin, uid)?;
-        let id = Real
-            .meta(&dir)
-            .map_err(|e| Error::io("inspect the lock directory", &path, e))?
-            .id;
+        let path = path_of(&origin, uid);
+        let opened = match open_origin(&origin, uid, false)? {
+            Some(dir) => Some(identified(dir, &path)?),
+            None => None,
+        };
         Ok(LockDir {
             path,
             origin,
-            dir: PerProcess::with(Some((Arc::new(dir), id)), unopened),
+            dir: PerProcess::with(opened, unopened),
             uid,
         })
     }
 
-    /// The open lock directory, re-created if it was removed (a temp cleaner may remove an
-    /// empty directory; a lock in a removed directory would exclude no one), and opened anew
-    /// in a forked child.
+    /// The open lock directory, made if it is missing, and made again if it was removed (a
+    /// temp cleaner may remove an empty directory; a lock in a removed directory would exclude
+    /// no one), and opened anew in a forked child.
     pub(crate) fn current(&self) -> Result<Opened, Error> {
+        self.opened(true)
+            .map(|d| d.expect("a directory opened with create"))
+    }
+
+    /// The open lock directory if it exists (inspecting and sweeping make nothing).
+    pub(crate) fn existing(&self) -> Result<Option<Opened>, Error> {
+        self.opened(false)
+    }
+
+    fn opened(&self, create: bool) -> Result<Option<Opened>, Error> {
         let mut slot = self.dir.lock();
         if let Some((dir, id)) = slot.as_ref().filter(|(d, _)| !Real.unlinked(d)) {
-            return Ok((dir.clone(), *id));
+            return Ok(Some((dir.clone(), *id)));
         }
-        let (dir, _) = open_origin(&self.origin, self.uid)?;
-        let id = Real
-            .meta(&dir)
-            .map_err(|e| Error::io("inspect the lock directory", &self.path, e))?
-            .id;
-        let dir = Arc::new(dir);
-        *slot = Some((dir.clone(), id));
-        Ok((dir, id))
+        let Some(dir) = open_origin(&self.origin, self.uid, create)? else {
+            return Ok(None);
+        };
+        let opened = identified(dir, &self.path)?;
+        *slot = Some(opened.clone());
+        Ok(Some(opened))
     }
 
     /// The lock directory as the protocol sees it, through handle `dir`.

@@ -17,9 +17,10 @@ use std::time::Duration;
 /// [`Locks::new`] uses the per-user namespace of an application,
 /// `<temp dir>/<app>-<uid>/operation-locks` (on Windows `%TEMP%\<app>-user\operation-locks`:
 /// the reference implementation's layout, so `Locks::new("apnea")` addresses its locks);
-/// [`Locks::in_dir`] a directory of your own. Both are created private to this user (mode 0700;
-/// on Windows a protected DACL) and must be real directories owned by this user and private to
-/// it.
+/// [`Locks::in_dir`] a directory of your own. A missing one is made by the first acquisition
+/// (inspecting or sweeping makes nothing), private to this user (mode 0700; on Windows a
+/// protected DACL). It must be a real directory owned by this user: the namespace's private to
+/// it; one of your own at least not writable by anyone else (others may read it).
 ///
 /// A `Locks` is cheap to share (`Clone`, `Send`, `Sync`); it keeps the directory open.
 #[derive(Clone, Debug)]
@@ -30,7 +31,7 @@ pub struct Locks {
 impl Locks {
     /// The lock directory of application `app` for this user:
     /// `<temp dir>/<app>-<uid>/operation-locks`, where the temp dir is `TMPDIR` (else `TMP`,
-    /// `TEMP`, `/tmp`, as Node.js finds it). Both directories are created mode 0700. On Windows
+    /// `TEMP`, `/tmp`, as Node.js finds it). Both directories are made mode 0700. On Windows
     /// `<temp dir>\<app>-user\operation-locks`, the temp dir `TEMP` (else `TMP`, else
     /// `%SystemRoot%\temp`), both directories private to this user by a protected DACL.
     ///
@@ -46,10 +47,6 @@ impl Locks {
     /// # Ok::<(), dirlock::Error>(())
     /// ```
     pub fn new(app: &str) -> Result<Locks, Error> {
-        paths::check_app(app).map_err(|p| Error::InvalidInput {
-            what: format!("application name {app:?}"),
-            problem: p.into(),
-        })?;
         let (var, temp) = paths::temp_source();
         if !temp.is_absolute() {
             return Err(Error::Unsafe {
@@ -60,14 +57,43 @@ impl Locks {
                 path: temp,
             });
         }
+        Locks::in_temp(app, temp)
+    }
+
+    /// The lock directory of application `app` for this user under the temporary directory
+    /// `temp` given, rather than the one the environment names: `<temp>/<app>-<uid>/operation-locks`.
+    /// Processes whose environments differ (a cron job, a login shell, a service, each with
+    /// its own `TMPDIR`) then still share one namespace. The `dirlock` command's own locks are
+    /// `Locks::in_temp("dirlock", "/tmp")` on Unix.
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::new`]; [`Error::InvalidInput`] also for a relative `temp`.
+    ///
+    /// ```no_run
+    /// let locks = dirlock::Locks::in_temp("myapp", "/tmp")?;
+    /// # Ok::<(), dirlock::Error>(())
+    /// ```
+    pub fn in_temp(app: &str, temp: impl AsRef<Path>) -> Result<Locks, Error> {
+        paths::check_app(app).map_err(|p| Error::InvalidInput {
+            what: format!("application name {app:?}"),
+            problem: p.into(),
+        })?;
+        let temp = temp.as_ref();
+        if !temp.is_absolute() {
+            return Err(Error::InvalidInput {
+                what: format!("temporary directory {}", temp.display()),
+                problem: "it is a relative path: give an absolute one".into(),
+            });
+        }
         Locks::open(Origin::App {
-            temp,
+            temp: temp.to_owned(),
             app: app.to_owned(),
         })
     }
 
-    /// A lock directory of your own at `path` (its last component is created mode 0700 if
-    /// missing; its parent must exist).
+    /// A lock directory of your own at `path` (the first acquisition makes its last component,
+    /// mode 0700, if it is missing; its parent must exist).
     ///
     /// # Errors
     ///
@@ -130,12 +156,37 @@ impl Locks {
         )
     }
 
-    /// A lock with a name of your choosing: ASCII letters, digits, `-`, `_` and `.`, ending
-    /// in `.lock`. Fails fast by default.
+    /// A lock with a name of your choosing: up to 155 ASCII letters, digits, `-`, `_` and
+    /// `.`, not starting with a dot. Its directory is the name with `.lock` added unless it
+    /// ends in `.lock` already (`deploy` and `deploy.lock` are one lock: [`LockRequest::path`]
+    /// says which path). Fails fast by default.
     pub fn named_lock(&self, name: &str) -> LockRequest {
         LockRequest::new(
             self.inner.clone(),
             Target::Named(name.to_owned()),
+            Wait::Immediately,
+        )
+    }
+
+    /// The lock for a file or directory of your choosing (a settings file, a cache, a build
+    /// output), named after its real path, so that every spelling of the path (a symlink, a
+    /// `..`, a relative path) names one lock. The file need not exist yet, but its parent
+    /// must. Fails fast by default. The lock lives in this lock directory, not beside the file:
+    /// the file's directory needs no write access, and nothing appears beside it.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+    /// let settings = tmp.path().join("settings.toml");
+    /// let guard = locks.path_lock(&settings).wait(dirlock::Wait::Forever).acquire()?;
+    /// std::fs::write(&settings, "theme = 'dark'\n")?;
+    /// guard.release()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn path_lock(&self, path: impl AsRef<Path>) -> LockRequest {
+        LockRequest::new(
+            self.inner.clone(),
+            Target::Path(path.as_ref().to_owned()),
             Wait::Immediately,
         )
     }
@@ -147,7 +198,9 @@ impl Locks {
     ///
     /// When the directory cannot be listed or an entry cannot be inspected.
     pub fn statuses(&self) -> Result<Vec<Status>, Error> {
-        let (dir, _) = self.inner.current()?;
+        let Some((dir, _)) = self.inner.existing()? else {
+            return Ok(Vec::new()); // nothing was ever locked here
+        };
         let sp = self.inner.space(&dir);
         let entries = Real
             .list(&dir)
@@ -168,7 +221,9 @@ impl Locks {
     ///
     /// When the directory cannot be listed.
     pub fn sweep(&self, grace: Duration) -> Result<Sweep, Error> {
-        let (dir, _) = self.inner.current()?;
+        let Some((dir, _)) = self.inner.existing()? else {
+            return Ok(Sweep::default());
+        };
         sweep::sweep(&self.inner.space(&dir), grace)
     }
 
@@ -241,7 +296,7 @@ mod tests {
     #[test]
     fn statuses_classify_each_entry_once() {
         let tmp = tempfile::tempdir().unwrap();
-        let locks = Locks::in_dir(tmp.path().join("locks")).unwrap();
+        let locks = Locks::in_dir(tmp.path()).unwrap();
         let n = 300;
         for i in 0..n {
             std::fs::create_dir(locks.dir().join(format!("l{i}.lock.tombstone.t"))).unwrap();

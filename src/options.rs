@@ -70,6 +70,8 @@ impl Cancel {
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Waiting {
+    /// What the lock is for, in words (`repository /home/me/src`, `named lock deploy`).
+    pub resource: String,
     /// The lock's path.
     pub lock: std::path::PathBuf,
     /// Its holder.

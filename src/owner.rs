@@ -87,30 +87,29 @@ impl Owner {
     ///
     /// # Errors
     ///
-    /// A description of what is wrong when `bytes` is not one JSON object of at most 4 KiB
-    /// with a `pid` in `1..=i32::MAX` and a non-empty `token`, or when a known field has the
-    /// wrong type.
-    pub fn parse(bytes: &[u8]) -> Result<Owner, String> {
+    /// What is wrong, when `bytes` is not one JSON object of at most 4 KiB with a `pid` in
+    /// `1..=i32::MAX` and a non-empty `token`, or when a known field has the wrong type.
+    pub fn parse(bytes: &[u8]) -> Result<Owner, RecordError> {
         if bytes.is_empty() {
-            return Err("the record is empty".into());
+            return Err(RecordError::Empty);
         }
         if bytes.len() > OWNER_LIMIT {
-            return Err(format!("the record is larger than {OWNER_LIMIT} bytes"));
+            return Err(RecordError::TooLarge {
+                size: bytes.len(),
+                limit: OWNER_LIMIT,
+            });
         }
         let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| format!("the record is not JSON: {e}"))?;
+            serde_json::from_slice(bytes).map_err(|e| RecordError::NotJson(e.to_string()))?;
         if !value.is_object() {
-            return Err("the record is not a JSON object".into());
+            return Err(RecordError::NotObject);
         }
-        let owner = Owner::deserialize(value).map_err(|e| format!("the record is invalid: {e}"))?;
+        let owner = Owner::deserialize(value).map_err(|e| RecordError::Invalid(e.to_string()))?;
         if owner.pid == 0 || owner.pid > i32::MAX as u32 {
-            return Err(format!(
-                "the record's pid {} is not a process id",
-                owner.pid
-            ));
+            return Err(RecordError::NotAPid(owner.pid));
         }
         if owner.token.is_empty() {
-            return Err("the record's token is empty".into());
+            return Err(RecordError::EmptyToken);
         }
         Ok(owner)
     }
@@ -119,17 +118,50 @@ impl Owner {
     ///
     /// # Errors
     ///
-    /// When the record would be larger than 4 KiB (a very long purpose, say).
-    pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
-        let bytes = serde_json::to_vec(self).map_err(|e| e.to_string())?;
+    /// [`RecordError::TooLarge`] when the record would be larger than 4 KiB (a very long
+    /// purpose, say).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, RecordError> {
+        let bytes = serde_json::to_vec(self).map_err(|e| RecordError::Invalid(e.to_string()))?;
         if bytes.len() > OWNER_LIMIT {
-            return Err(format!(
-                "the owner record would be {} bytes, more than the {OWNER_LIMIT} allowed (shorten the purpose)",
-                bytes.len()
-            ));
+            return Err(RecordError::TooLarge {
+                size: bytes.len(),
+                limit: OWNER_LIMIT,
+            });
         }
         Ok(bytes)
     }
+}
+
+/// Why bytes are not an owner record ([`Owner::parse`], [`Owner::to_bytes`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// There are no bytes.
+    #[error("the record is empty")]
+    Empty,
+    /// More bytes than a record may have.
+    #[error("the record is {size} bytes, more than the {limit} a record may have")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The most a record may have.
+        limit: usize,
+    },
+    /// Not JSON (the parser's message).
+    #[error("the record is not JSON: {0}")]
+    NotJson(String),
+    /// JSON, but not an object.
+    #[error("the record is not a JSON object")]
+    NotObject,
+    /// A field is missing or of the wrong type (the parser's message).
+    #[error("the record is invalid: {0}")]
+    Invalid(String),
+    /// The pid is 0 or above the largest process id.
+    #[error("the record's pid {0} is not a process id")]
+    NotAPid(u32),
+    /// The token is empty.
+    #[error("the record's token is empty")]
+    EmptyToken,
 }
 
 /// `pid 42 on host h (purpose: sync)`: the one way an owner is put into words. The host and
@@ -205,7 +237,7 @@ mod tests {
             (b"\xff\xfe", "not JSON"),
         ];
         for (bytes, why) in cases {
-            let err = Owner::parse(bytes).unwrap_err();
+            let err = Owner::parse(bytes).unwrap_err().to_string();
             assert!(
                 err.contains(why),
                 "{:?}: expected {why:?} in {err:?}",
@@ -213,7 +245,13 @@ mod tests {
             );
         }
         let big = format!(r#"{{"pid":1,"token":"{}"}}"#, "a".repeat(OWNER_LIMIT));
-        assert!(Owner::parse(big.as_bytes()).unwrap_err().contains("larger"));
+        assert!(matches!(
+            Owner::parse(big.as_bytes()).unwrap_err(),
+            RecordError::TooLarge {
+                limit: OWNER_LIMIT,
+                ..
+            }
+        ));
     }
 
     proptest::proptest! {
@@ -275,6 +313,12 @@ mod tests {
     fn oversized_records_are_not_written() {
         let mut o = Owner::new(1, "t");
         o.purpose = Some("p".repeat(OWNER_LIMIT));
-        assert!(o.to_bytes().unwrap_err().contains("shorten the purpose"));
+        assert!(matches!(
+            o.to_bytes().unwrap_err(),
+            RecordError::TooLarge {
+                limit: OWNER_LIMIT,
+                ..
+            }
+        ));
     }
 }

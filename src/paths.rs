@@ -177,6 +177,13 @@ pub fn global_setup_lock_name(home: &Path) -> String {
     hashed("global-setup", home)
 }
 
+/// The lock name of the file or directory whose real path is `real`
+/// ([`crate::Locks::path_lock`]): `path-` + hex(sha256(`"path\0"` + real path)) + `.lock`,
+/// shaped like the reference's names (which has no such lock).
+pub fn path_lock_name(real: &Path) -> String {
+    hashed("path", real)
+}
+
 /// The temporary directory as the reference implementation (Node.js `os.tmpdir()`) finds it:
 /// on Unix `TMPDIR`, else `TMP`, else `TEMP`, else `/tmp`; on Windows `TEMP`, else `TMP`, else
 /// `%SystemRoot%\temp`; without a trailing separator. Matching it exactly is what makes our
@@ -258,7 +265,24 @@ pub(crate) fn check_app(app: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Checks a caller-chosen lock name (`--lock DIR/NAME`, [`crate::Locks::named_lock`]).
+/// The directory name of a caller-chosen lock name (`--lock DIR/NAME`,
+/// [`crate::Locks::named_lock`]): the name itself when it ends in `.lock`, else the name with
+/// `.lock` added (so `deploy` and `deploy.lock` are one lock). Every lock's name ends in
+/// `.lock`, which is what tells a lock from the candidates, tombstones and guards beside it.
+pub(crate) fn named_lock_name(name: &str) -> Result<String, &'static str> {
+    if name.is_empty() || name == ".lock" {
+        return Err("it is empty");
+    }
+    let on_disk = if name.ends_with(".lock") {
+        name.to_owned()
+    } else {
+        format!("{name}.lock")
+    };
+    check_lock_name(&on_disk)?;
+    Ok(on_disk)
+}
+
+/// Checks a lock's directory name: safe characters, ending in `.lock`.
 pub(crate) fn check_lock_name(name: &str) -> Result<(), &'static str> {
     if !name.ends_with(".lock") || name.len() <= ".lock".len() {
         return Err("it must end in \".lock\" after at least one other character");
@@ -379,7 +403,7 @@ pub fn classify(entry: &str) -> Entry {
 /// Checks a caller-chosen lock name the way the fuzzer wants: when [`check_lock_name`] accepts
 /// it, it classifies as a lock, and its candidate, tombstone and guard names classify back to
 /// it.
-#[cfg(any(test, feature = "sim"))]
+#[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub fn check_names(name: &str) {
     if check_lock_name(name).is_err() {
@@ -437,6 +461,23 @@ mod tests {
             assert!(check_lock_name(bad).is_err(), "{bad:?} was accepted");
         }
         assert!(check_lock_name(&format!("{}.lock", "a".repeat(156))).is_err());
+        // A name of the caller's gets `.lock` where it has none, and is then held to the same
+        // rule.
+        assert_eq!(named_lock_name("deploy").as_deref(), Ok("deploy.lock"));
+        assert_eq!(named_lock_name("deploy.lock").as_deref(), Ok("deploy.lock"));
+        assert_eq!(named_lock_name("a.b").as_deref(), Ok("a.b.lock"));
+        for bad in [
+            "",
+            ".lock",
+            "a/b",
+            "..",
+            "x.candidate.y",
+            "x.reclaim",
+            "sp ace",
+        ] {
+            assert!(named_lock_name(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(named_lock_name(&"a".repeat(156)).is_err());
     }
 
     #[test]

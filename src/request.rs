@@ -3,7 +3,7 @@
 use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::held::{check_order, held_by_parent, Family, Who};
-use crate::inspect::{self, Status};
+use crate::inspect::{self, GuardState, State, Status};
 use crate::lockdir::LockDir;
 use crate::options::{Cancel, Options, Wait, Waiting};
 use crate::paths;
@@ -30,6 +30,8 @@ pub(crate) enum Target {
     Repository(PathBuf),
     GlobalSetup(PathBuf),
     Named(String),
+    /// A file or directory (which may not exist yet: its parent must).
+    Path(PathBuf),
 }
 
 /// One acquisition being set up: choose how to wait and what to record, then
@@ -151,14 +153,32 @@ impl LockRequest {
                     Family::GlobalSetup,
                 )
             }
+            Target::Path(path) => {
+                let real = path_identity(path)?;
+                (
+                    paths::path_lock_name(&real),
+                    format!("path {}", real.display()),
+                    Family::Named,
+                )
+            }
             Target::Named(name) => {
-                paths::check_lock_name(name).map_err(|p| Error::InvalidInput {
+                let on_disk = paths::named_lock_name(name).map_err(|p| Error::InvalidInput {
                     what: format!("lock name {name:?}"),
                     problem: p.into(),
                 })?;
-                (name.clone(), format!("named lock {name}"), Family::Named)
+                (on_disk, format!("named lock {name}"), Family::Named)
             }
         })
+    }
+
+    /// What the lock is for, in words for people (`repository /home/me/src`, `global setup
+    /// of /home/me`, `named lock deploy`), the real path resolved.
+    ///
+    /// # Errors
+    ///
+    /// When the repository root or home cannot be resolved, or the lock name is invalid.
+    pub fn resource(&self) -> Result<String, Error> {
+        Ok(self.resolve()?.1)
     }
 
     /// The path of the lock this request is for.
@@ -269,7 +289,21 @@ impl LockRequest {
     /// When the lock directory cannot be read, or the request cannot be resolved.
     pub fn status(&self) -> Result<Status, Error> {
         let (name, _, _) = self.resolve()?;
-        let (dir, _) = self.dir.current()?;
+        let Some((dir, _)) = self.dir.existing()? else {
+            // Nothing was ever locked in a directory that does not exist.
+            return Ok(Status {
+                path: self.dir.path.join(&name),
+                name,
+                state: State::Free,
+                owner: None,
+                reason: None,
+                owner_exited: false,
+                since: None,
+                guard: GuardState::Absent,
+                candidates: Vec::new(),
+                tombstones: Vec::new(),
+            });
+        };
         let entries = Real
             .list(&dir)
             .map_err(|e| Error::io("list the lock directory", &self.dir.path, e))?;
@@ -297,6 +331,9 @@ impl LockRequest {
         let me = Real.identity();
         // A lock directory removed under it (a temp cleaner) is looked at again, made anew: the
         // lock is not there (not locked), rather than an I/O error.
+        if self.dir.existing()?.is_none() {
+            return Ok(Unlocked::NotLocked);
+        }
         protocol::in_current_dir(
             &Real,
             || self.dir.current(),
@@ -397,4 +434,24 @@ where
         error: Box::new(error),
         value: Box::new(value),
     })
+}
+
+/// The real path of `path`, which may not exist yet (a settings file about to be written): its
+/// own real path if it exists, else its parent's real path joined with its name. A symlink to
+/// it and a path with `..` name the same lock.
+fn path_identity(path: &Path) -> Result<PathBuf, Error> {
+    match crate::paths::real_path(path) {
+        Ok(real) => Ok(real),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let absolute =
+                std::path::absolute(path).map_err(|e| Error::io("resolve the path", path, e))?;
+            let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
+                return Err(Error::io("resolve the path", path, e));
+            };
+            let parent = crate::paths::real_path(parent)
+                .map_err(|e| Error::io("resolve the parent of the path", parent, e))?;
+            Ok(parent.join(name))
+        }
+        Err(e) => Err(Error::io("resolve the path", path, e)),
+    }
 }

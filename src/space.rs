@@ -190,7 +190,7 @@ impl<S: System> Space<'_, S> {
                 "its {OWNER_FILE} is larger than {OWNER_LIMIT} bytes"
             ));
         }
-        Owner::parse(&bytes).map_err(Unreadable::Malformed)
+        Owner::parse(&bytes).map_err(|e| Unreadable::Malformed(e.to_string()))
     }
 
     /// Judges the owner of an observed lock.

@@ -8,37 +8,23 @@ use std::time::Duration;
 pub(crate) const EX_USAGE: u8 = 64;
 pub(crate) const EX_TEMPFAIL: u8 = 75;
 
-#[cfg(not(windows))]
-pub(crate) const EXIT_STATUS: &str = "\
-Exit status:
-  0    success (for `run`: the command's own status is passed through; for `status`: the
-       lock is free, or its owner is dead and the next acquisition takes it)
-  1    an error (unsafe lock directory, I/O failure, malformed lock, lost lock, ...)
-  64   usage error
-  75   the lock is held by another process (EX_TEMPFAIL; `run -E N` chooses another status);
-       for `status`: held, or not free to take (dead within its grace period, unknown,
-       malformed)
-  126  the command could not be run; 127 the command was not found
-  128+N  the command was killed by signal N, or `run` was ended by signal N before the
-       command ran (while it waited, or as it started the command), as flock(1) is
-  141  the output pipe was closed (as for a tool killed by SIGPIPE)";
-#[cfg(windows)]
-pub(crate) const EXIT_STATUS: &str = "\
-Exit status:
-  0    success (for `run`: the command's own exit code is passed through, whole, also one
-       above 255 such as a crash's 0xC0000005; for `status`: the lock is free, or its owner is
-       dead and the next acquisition takes it)
-  1    an error (unsafe lock directory, I/O failure, malformed lock, lost lock, ...)
-  64   usage error
-  75   the lock is held by another process (`run -E N` chooses another status); for
-       `status`: held, or not free to take (dead within its grace period, unknown, malformed)
-  126  the command could not be run; 127 the command was not found
-  130  Ctrl-C ended `run`'s wait (149: Ctrl-Break; 143: the console closing)
-  141  the output pipe was closed";
+const STATUS_USAGE: &str = "\
+dirlock status [OPTIONS] --lock [DIR/]NAME|--repository ROOT|--global-setup HOME
+       dirlock status [OPTIONS] --all";
+const UNLOCK_USAGE: &str =
+    "dirlock unlock [OPTIONS] --lock [DIR/]NAME|--repository ROOT|--global-setup HOME";
+const PATH_USAGE: &str =
+    "dirlock path [OPTIONS] --lock [DIR/]NAME|--repository ROOT|--global-setup HOME";
+
+const RUN_USAGE: &str = "\
+dirlock run [OPTIONS] --lock [DIR/]NAME|--repository ROOT|--global-setup HOME CMD [ARG]...
+       dirlock run [OPTIONS] --lock [DIR/]NAME|--repository ROOT|--global-setup HOME -c STRING
+       dirlock run [OPTIONS] LOCKPATH CMD [ARG]...      (as flock FILE CMD)
+       dirlock run [OPTIONS] LOCKPATH -c STRING";
 
 /// Cross-process directory locks that survive crashes without ever letting two processes in.
 #[derive(Parser, Debug)]
-#[command(name = "dirlock", version, after_help = EXIT_STATUS, disable_help_subcommand = true)]
+#[command(name = "dirlock", version)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     pub(crate) command: Cmd,
@@ -60,8 +46,8 @@ pub(crate) enum Cmd {
         kills the command too, unless the command changes its user or group (sudo, su, \
         setpriv, a daemon dropping privileges) or runs a program that gains privileges \
         (set-user-ID or set-group-ID, or with file capabilities), which takes that \
-        away: such a command runs on, holding the lock only through the beacon it inherited \
-        (not at all with -o). The command inherits the lock's beacon (unless -o), so what it \
+        away: such a command runs on, holding the lock only through what it inherited (not \
+        at all with -o). The command inherits the lock (unless -o), so what it \
         leaves running in the background keeps the lock held. It finds the lock named in \
         DIRLOCK_HELD, so that a nested `dirlock run` (or library call) for the same lock is \
         refused instead of waiting for its own parent."
@@ -75,7 +61,7 @@ pub(crate) enum Cmd {
         exec begins keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
         script's background job) stay ignored, and reach the command ignored. Once the \
         command runs, those signals sent to `dirlock run` are forwarded to it. The command \
-        inherits the lock's beacon (unless -o), so the lock stays held while it, or anything \
+        inherits the lock (unless -o), so the lock stays held while it, or anything \
         it left running in the background, is alive, also if `dirlock run` is killed: this \
         kernel (unlike Linux's and FreeBSD's) cannot kill the command with it. It finds the \
         lock named in DIRLOCK_HELD, so that a nested `dirlock run` (or library call) for the \
@@ -87,45 +73,43 @@ pub(crate) enum Cmd {
         without running the command. Once it runs, they reach the command from the console \
         itself. The command never outlives `dirlock run`: if `dirlock run` is killed (even by \
         `taskkill /F`), a job object ends the command and everything it started. A child \
-        cannot inherit the lock's beacon on Windows: `dirlock run` holds the lock while the \
-        command runs, and what the command leaves running once it exits does not hold it. The \
+        cannot inherit the lock on Windows: `dirlock run` holds the lock while the \
+        command runs, and what the command leaves running once it exits does not keep it held. The \
         command finds the lock named in DIRLOCK_HELD, so that a nested `dirlock run` (or \
         library call) for the same lock is refused instead of waiting for its own parent."
     )]
-    #[cfg_attr(
-        not(windows),
-        command(
-            after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup ~ -w 300 -- ./install.sh\n  dirlock run --lock /srv/locks/deploy.lock --wait -c 'make deploy'\n  dirlock run -q -n -E 0 --lock cron.lock -- ./nightly.sh   # skip quietly if still running"
-        )
-    )]
-    #[cfg_attr(
-        windows,
-        command(
-            after_help = "Examples:\n  dirlock run --repository . -- git gc\n  dirlock run --global-setup %USERPROFILE% -w 300 -- install.cmd\n  dirlock run --lock C:\\locks\\deploy.lock --wait -c \"make deploy\"\n  dirlock run -q -n -E 0 --lock nightly.lock -- nightly.cmd   # skip quietly if still running"
-        )
-    )]
+    #[command(override_usage = RUN_USAGE)]
     Run {
         #[command(flatten)]
         sel: Selector,
         #[command(flatten)]
         acq: Acquire,
         /// Say nothing while waiting, nor when the lock is held (the exit status says it).
-        #[arg(short, long)]
+        #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
         quiet: bool,
+        /// Say how long it waited, and when the command starts and ends.
+        #[arg(short, long, help_heading = "Output")]
+        verbose: bool,
         /// Exit with status N when the lock is held by another process.
-        #[arg(short = 'E', long, value_name = "N", default_value_t = EX_TEMPFAIL)]
+        #[arg(
+            short = 'E',
+            long,
+            value_name = "N",
+            default_value_t = EX_TEMPFAIL,
+            help_heading = "Output"
+        )]
         conflict_exit_code: u8,
         /// Run STRING through `sh -c` (on Windows `cmd /C`) instead of CMD.
         #[arg(
             short = 'c',
             long = "command",
             value_name = "STRING",
-            conflicts_with = "cmd"
+            help_heading = "Command"
         )]
         shell: Option<String>,
         #[cfg_attr(
             any(target_os = "linux", target_os = "freebsd"),
-            doc = "The command does not inherit the beacon: what it leaves running in the \
+            doc = "The command does not inherit the lock: what it leaves running in the \
             background does not keep the lock held (without -o it would, never reclaimed, until \
             it ends). Were `dirlock run` killed, the command dies with it, unless it changed its \
             user or group (sudo, su, setpriv, a daemon) or ran a program that gains privileges \
@@ -135,25 +119,35 @@ pub(crate) enum Cmd {
         )]
         #[cfg_attr(
             all(unix, not(any(target_os = "linux", target_os = "freebsd"))),
-            doc = "The command does not inherit the beacon. Here a command outlives a killed \
+            doc = "The command does not inherit the lock. Here a command outlives a killed \
             `dirlock run` (this kernel has no parent-death signal), and with -o it then runs \
             without the lock: use -o only for commands that cannot outlive their caller."
         )]
         #[cfg_attr(
             windows,
-            doc = "No effect on Windows, where a command cannot inherit the beacon (accepted so \
+            doc = "No effect on Windows, where a command cannot inherit the lock (accepted so \
             that scripts work on every platform)."
         )]
-        #[arg(short = 'o', long)]
+        #[arg(
+            short = 'o',
+            long = "close",
+            visible_alias = "no-inherit",
+            help_heading = "Command"
+        )]
         no_inherit: bool,
-        /// The command and its arguments.
-        #[arg(last = true, value_name = "CMD", required_unless_present = "shell")]
+        /// The command and its arguments (everything after the options; `--` before it works
+        /// too). Without --lock, --repository or --global-setup, the first word is the lock's
+        /// path, as flock(1) takes it: `dirlock run build.lock make` locks ./build.lock.
+        #[arg(
+            value_name = "CMD",
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            help_heading = "Command"
+        )]
         cmd: Vec<OsString>,
     },
-    /// Show a lock's state, owner, reclaim guard and leftovers.
-    #[command(
-        after_help = "Examples:\n  dirlock status --repository .\n  dirlock status --app apnea --all --json"
-    )]
+    /// Say whether a lock is free, and who holds it since when.
+    #[command(override_usage = STATUS_USAGE)]
     Status {
         #[command(flatten)]
         sel: Selector,
@@ -163,43 +157,54 @@ pub(crate) enum Cmd {
         /// Print nothing: the exit status says it (0 free, 75 held or not free to take).
         #[arg(short, long, conflicts_with = "json")]
         quiet: bool,
-        /// Machine-readable output (schema in the README).
+        /// Machine-readable output (schema: docs/command.md in the repository).
         #[arg(long)]
         json: bool,
-        /// The grace period used to judge dead-by-evidence owners, in seconds.
-        #[arg(long, value_name = "SECS", value_parser = secs)]
+        /// Also the details: how the holder was judged, its record, and what acquisitions
+        /// and releases left beside the lock.
+        #[arg(short, long, conflicts_with_all = ["json", "quiet"])]
+        verbose: bool,
+        /// How old a lock whose holder seems dead must be before it is taken over (default
+        /// 60s).
+        #[arg(long, value_name = "DURATION", value_parser = duration)]
         grace: Option<Duration>,
     },
-    /// Remove a lock whose owner is dead (by kernel proof, or by evidence at any age).
+    /// Remove a lock whose holder has ended without releasing it.
     ///
-    /// Live and unknown owners are refused. `--force` also removes a malformed lock, but only
-    /// while no process holds a lock on it. Removal goes through the same reclaim guard as an
-    /// acquisition.
-    #[command(
-        after_help = "Examples:\n  dirlock unlock --repository .\n  dirlock unlock --lock /srv/locks/deploy.lock --force"
-    )]
+    /// A lock whose holder runs, or cannot be checked from here, is never removed. `--force`
+    /// also removes a damaged lock, but only while no process holds it. A lock is removed the
+    /// way `run` takes over a dead holder's lock, so the two never race.
+    #[command(override_usage = UNLOCK_USAGE)]
     Unlock {
         #[command(flatten)]
         sel: Selector,
-        /// Also remove a malformed lock (never one whose beacon is held).
+        /// Also remove a damaged lock (never one a process still holds).
         #[arg(long)]
         force: bool,
     },
-    /// Remove tombstones, and candidates whose creators are dead.
-    #[command(
-        after_help = "Examples:\n  dirlock sweep --app myapp\n  dirlock sweep --dir /srv/locks --grace 0"
-    )]
+    /// Remove what released locks and ended runs left beside the locks (never a lock).
     Sweep {
         #[command(flatten)]
         place: Place,
-        /// Leave candidates younger than this, in seconds (default 60).
-        #[arg(long, value_name = "SECS", value_parser = secs)]
+        /// Leave what is younger than this (default 60s).
+        #[arg(long, value_name = "DURATION", value_parser = duration)]
         grace: Option<Duration>,
     },
+    /// Tell whether a directory can host locks, and which guarantees it keeps.
+    ///
+    /// What locks rely on is tried, not looked up: in a private directory made for the
+    /// purpose (and removed after), a rename onto another that must not replace it, and an
+    /// flock taken through two opens. Nothing else in the directory is touched.
+    Doctor {
+        /// The directory (default: your lock directory, where `--lock NAME` puts locks).
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the lock's path.
-    #[command(
-        after_help = "Examples:\n  dirlock path --repository .\n  dirlock path --app apnea --global-setup ~"
-    )]
+    #[command(override_usage = PATH_USAGE)]
     Path {
         #[command(flatten)]
         sel: Selector,
@@ -208,10 +213,7 @@ pub(crate) enum Cmd {
     ///
     /// Prints `held PATH` once the lock is published, and `reclaimed-from PID TOKEN` when it
     /// took over a dead owner's lock.
-    #[command(
-        hide = true,
-        after_help = "Examples:\n  dirlock hold --repository . --until /tmp/done"
-    )]
+    #[command(hide = true)]
     Hold {
         #[command(flatten)]
         sel: Selector,
@@ -222,18 +224,12 @@ pub(crate) enum Cmd {
         until: Option<PathBuf>,
     },
     /// Print shell completions for SHELL (bash, zsh, fish, elvish, powershell).
-    #[command(
-        after_help = "Examples:\n  dirlock completions bash > ~/.local/share/bash-completion/completions/dirlock"
-    )]
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
     /// Print a manual page (roff), generated from the same definitions as this help: the
     /// command's, or one subcommand's (`dirlock-run.1`).
-    #[command(
-        after_help = "Examples:\n  dirlock man > dirlock.1 && man ./dirlock.1\n  dirlock man run > dirlock-run.1"
-    )]
     Man {
         /// The subcommand whose page to print.
         #[arg(value_name = "SUBCOMMAND")]
@@ -243,16 +239,18 @@ pub(crate) enum Cmd {
 
 /// Which lock.
 #[derive(Args, Debug)]
+#[command(next_help_heading = "Lock")]
 pub(crate) struct Selector {
-    /// The lock of the repository (or any directory tree) at ROOT.
-    #[arg(long, value_name = "ROOT", group = "target")]
-    pub(crate) repository: Option<PathBuf>,
-    /// The per-account setup lock of the account whose home is HOME.
-    #[arg(long, value_name = "HOME", group = "target")]
-    pub(crate) global_setup: Option<PathBuf>,
-    /// A named lock: NAME (ending in .lock) in the lock directory, or DIR/NAME.
+    /// A lock named NAME in your lock directory, or NAME in directory DIR (which only you may
+    /// write). Its directory is NAME.lock (NAME where it ends in .lock). Waits by default.
     #[arg(long, value_name = "[DIR/]NAME", group = "target")]
     pub(crate) lock: Option<String>,
+    /// The lock of the repository (or any directory tree) at ROOT. Fails at once by default.
+    #[arg(long, value_name = "ROOT", group = "target")]
+    pub(crate) repository: Option<PathBuf>,
+    /// The setup lock of the account whose home is HOME. Waits by default.
+    #[arg(long, value_name = "HOME", group = "target")]
+    pub(crate) global_setup: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) place: Place,
 }
@@ -262,45 +260,105 @@ pub(crate) struct Selector {
 pub(crate) struct Place {
     #[cfg_attr(
         not(windows),
-        doc = "Lock namespace `<temp dir>/<NAME>-<uid>/operation-locks` (temp dir from TMPDIR). \
-        `--app apnea` addresses the reference implementation's locks. Default: dirlock."
+        doc = "The locks of application NAME: `$TMPDIR/NAME-<uid>/operation-locks`, found \
+        through TMPDIR as that application finds them. `--app apnea` shares the locks of apnea \
+        (the TypeScript tool this protocol comes from)."
     )]
     #[cfg_attr(
         windows,
-        doc = "Lock namespace `%TEMP%\\<NAME>-user\\operation-locks`. `--app apnea` addresses \
-        the reference implementation's locks. Default: dirlock."
+        doc = "The locks of application NAME: `%TEMP%\\NAME-user\\operation-locks`, as that \
+        application finds them. `--app apnea` shares the locks of apnea (the TypeScript tool \
+        this protocol comes from)."
     )]
     #[arg(long, value_name = "NAME", conflicts_with = "dir")]
     pub(crate) app: Option<String>,
-    /// A lock directory of your own.
+    #[cfg_attr(
+        not(windows),
+        doc = "The lock directory (made if missing; only you may write it). Default: \
+        $DIRLOCK_DIR, else `/tmp/dirlock-<uid>/operation-locks`, the same whatever TMPDIR says."
+    )]
+    #[cfg_attr(
+        windows,
+        doc = "The lock directory (made if missing; only you may write it). Default: \
+        %DIRLOCK_DIR%, else %TEMP%\\dirlock-user\\operation-locks."
+    )]
     #[arg(long, value_name = "DIR")]
     pub(crate) dir: Option<PathBuf>,
 }
 
 /// How to acquire.
 #[derive(Args, Debug)]
+#[command(next_help_heading = "Waiting")]
 pub(crate) struct Acquire {
-    /// Wait for the lock however long it takes (default for --global-setup).
-    #[arg(long, conflicts_with_all = ["timeout", "nonblock"])]
-    pub(crate) wait: bool,
-    /// Wait at most SECS seconds (fractions allowed).
-    #[arg(short = 'w', long, value_name = "SECS", value_parser = secs, conflicts_with = "nonblock")]
+    /// Wait at most DURATION for the lock, then fail (as flock -w): seconds (2.5) or with
+    /// units (500ms, 5m, 1h30m).
+    #[arg(
+        short = 'w',
+        long = "wait",
+        visible_alias = "timeout",
+        value_name = "DURATION",
+        value_parser = duration,
+        conflicts_with_all = ["nonblock", "forever"]
+    )]
     pub(crate) timeout: Option<Duration>,
-    /// Fail at once if the lock is held (default for --repository and --lock).
-    #[arg(short = 'n', long)]
+    /// Wait for the lock however long it takes (the default for --lock and --global-setup).
+    #[arg(long = "wait-forever", conflicts_with = "nonblock")]
+    pub(crate) forever: bool,
+    /// Fail at once if the lock is held (the default for --repository).
+    #[arg(short = 'n', long = "nonblock", visible_aliases = ["nb", "no-wait"])]
     pub(crate) nonblock: bool,
-    /// Reclaim owners dead by evidence (not kernel proof) after SECS seconds (default 60).
-    #[arg(long, value_name = "SECS", value_parser = secs)]
+    /// Take over a holder that seems dead, but that the system cannot prove dead, once its
+    /// lock is this old (default 60s).
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
     pub(crate) grace: Option<Duration>,
-    /// What this holder is doing, shown to contenders.
+    /// What this holder is doing, shown to those who wait for it.
     #[arg(long, value_name = "TEXT")]
     pub(crate) purpose: Option<String>,
 }
 
-pub(crate) fn secs(v: &str) -> Result<Duration, String> {
-    v.parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0 && *s < 1e12)
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| format!("{v:?} is not a number of seconds from 0 to 999999999999"))
+/// A duration as people write it: seconds (`90`, `2.5`), or numbers each with a unit (`ms`,
+/// `s`, `m`, `h`, `d`): `500ms`, `5m`, `1h30m`.
+pub(crate) fn duration(v: &str) -> Result<Duration, String> {
+    let bad = || {
+        format!(
+            "{v:?} is not a duration: give seconds (90, 2.5) or numbers with units (500ms, 5m, 1h30m)"
+        )
+    };
+    let secs = |n: f64| -> Result<Duration, String> {
+        if n.is_finite() && (0.0..1e12).contains(&n) {
+            Ok(Duration::from_secs_f64(n))
+        } else {
+            Err(bad())
+        }
+    };
+    let v = v.trim();
+    if let Ok(n) = v.parse::<f64>() {
+        return secs(n);
+    }
+    let mut total = 0.0;
+    let mut rest = v;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let (number, tail) = rest.split_at(digits);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let n: f64 = number.parse().map_err(|_| bad())?;
+        total += n * match unit {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" | "min" => 60.0,
+            "h" => 3600.0,
+            "d" => 86400.0,
+            _ => return Err(bad()),
+        };
+        rest = tail;
+    }
+    if v.is_empty() {
+        return Err(bad());
+    }
+    secs(total)
 }

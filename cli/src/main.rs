@@ -1,19 +1,22 @@
 //! `dirlock`: run commands under a directory lock, and inspect, clear and sweep locks.
 
 mod args;
+mod doctor;
+mod pages;
 mod run;
 mod say;
 mod select;
 mod status;
 mod sys;
+mod when;
 
 use args::{Acquire, Cli, Cmd, Place, Selector, EX_TEMPFAIL, EX_USAGE};
-use clap::{CommandFactory, Parser};
+use clap::FromArgMatches;
 use dirlock::text::{escape, path as shown};
 use dirlock::{Error, Unlocked};
-use run::{run, Program, RunOptions};
+use run::{run, RunOptions};
 use say::{emit, say, Failure};
-use select::{configure, open, select};
+use select::{configure, open, run_target, select};
 use status::status;
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -21,11 +24,21 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = pages::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // Usage errors carry the prefix of every other error.
+            let text = e.render().to_string();
+            say(text.strip_prefix("error: ").unwrap_or(&text).trim_end());
+            return ExitCode::from(EX_USAGE);
+        }
         Err(e) => {
+            // --help, --version
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { EX_USAGE } else { 0 });
+            return ExitCode::SUCCESS;
         }
     };
     match dispatch(cli.command) {
@@ -45,17 +58,16 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             sel,
             acq,
             quiet,
+            verbose,
             conflict_exit_code,
             shell,
             no_inherit,
             cmd,
         } => {
-            let command = match shell {
-                Some(script) => Program::Shell(script),
-                None => Program::Argv(cmd),
-            };
+            let (sel, command) = run_target(sel, shell, cmd)?;
             let opts = RunOptions {
                 quiet,
+                verbose,
                 conflict: conflict_exit_code,
                 inherit: !no_inherit,
             };
@@ -66,8 +78,18 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             all,
             quiet,
             json,
+            verbose,
             grace,
-        } => status(&sel, all, quiet, json, grace),
+        } => status(
+            &sel,
+            all,
+            &status::Speech {
+                quiet,
+                json,
+                verbose,
+            },
+            grace,
+        ),
         Cmd::Completions { shell } => completions(shell),
         Cmd::Man { of } => man(of),
         Cmd::Unlock { sel, force } => unlock(&sel, force),
@@ -78,13 +100,14 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Hold { sel, acq, until } => hold(&sel, &acq, until),
+        Cmd::Doctor { dir, json } => doctor::doctor(dir, json),
     }
 }
 
 /// `dirlock completions SHELL`.
 fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failure> {
     // Hidden subcommands (the test helper `hold`) are left out, as they are from `--help`.
-    let full = Cli::command();
+    let full = pages::command();
     let mut visible = clap::Command::new("dirlock")
         .version(env!("CARGO_PKG_VERSION"))
         .disable_help_subcommand(true)
@@ -95,11 +118,12 @@ fn completions(shell: clap_complete::Shell) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `dirlock man [SUBCOMMAND]`.
+/// `dirlock man [SUBCOMMAND]`: the options from the same definitions as `--help`, then the
+/// exit statuses, the environment, examples and related pages.
 fn man(of: Option<String>) -> Result<ExitCode, Failure> {
-    let cli = Cli::command();
-    let page = match &of {
-        None => cli,
+    let cli = pages::command();
+    let (page, name) = match &of {
+        None => (cli, String::new()),
         Some(name) => {
             let sub = cli
                 .get_subcommands()
@@ -110,15 +134,39 @@ fn man(of: Option<String>) -> Result<ExitCode, Failure> {
                         64,
                     )
                 })?;
-            sub.clone()
-                .name(format!("dirlock-{name}"))
-                .version(env!("CARGO_PKG_VERSION"))
+            (
+                sub.clone()
+                    .name(format!("dirlock-{name}"))
+                    .bin_name(format!("dirlock {name}"))
+                    .version(env!("CARGO_PKG_VERSION"))
+                    .disable_version_flag(true),
+                name.clone(),
+            )
         }
     };
+    let has_subcommands = page.get_subcommands().any(|c| !c.is_hide_set());
+    // The help's text after the options becomes the sections below, not a block of text.
+    let mut page = page.after_help("");
+    page.build();
+    // The usage lines `--help` shows (a lock and a command are required), not one made from
+    // the options.
+    let usage = page.render_usage().to_string();
+    let synopsis = pages::synopsis(usage.strip_prefix("Usage: ").unwrap_or(&usage));
+    let man = clap_mangen::Man::new(page);
     let mut out = Vec::new();
-    clap_mangen::Man::new(page)
-        .render(&mut out)
-        .map_err(|e| Failure(format!("cannot render the manual page: {e}"), 1))?;
+    let rendered = (|| {
+        man.render_title(&mut out)?;
+        man.render_name_section(&mut out)?;
+        synopsis.to_writer(&mut out)?;
+        man.render_description_section(&mut out)?;
+        man.render_options_section(&mut out)?;
+        if has_subcommands {
+            man.render_subcommands_section(&mut out)?;
+        }
+        pages::man_sections(&name).to_writer(&mut out)?;
+        man.render_version_section(&mut out)
+    })();
+    rendered.map_err(|e| Failure(format!("cannot render the manual page: {e}"), 1))?;
     emit(&String::from_utf8_lossy(&out))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,6 @@
 use crate::args::{Acquire, Selector};
 use crate::say::{explain, say, Failure};
 use crate::select::{configure, select};
-use crate::status::ago;
 use crate::sys;
 use dirlock::text::{escape, path as shown};
 use dirlock::{Cancel, Error, Liveness, LockGuard, LockRequest};
@@ -12,6 +11,9 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Child, ExitCode};
 use std::sync::{Arc, Mutex};
+
+/// The variable that gives the command the record of the holder whose lock `run` took over.
+pub(crate) const RECLAIMED_FROM: &str = "DIRLOCK_RECLAIMED_FROM";
 
 /// Where `dirlock run` is, for its signal thread.
 pub(crate) enum Phase {
@@ -43,6 +45,8 @@ pub(crate) enum Program {
 pub(crate) struct RunOptions {
     /// Say nothing while waiting, nor when the lock is held.
     pub(crate) quiet: bool,
+    /// Say how long it waited, and when the command starts and ends.
+    pub(crate) verbose: bool,
     /// The exit status when the lock is held by another process.
     pub(crate) conflict: u8,
     /// Whether the command inherits the beacon (keeps the lock held while it, or what it
@@ -72,7 +76,9 @@ pub(crate) fn run(
     handle_signals(&phase, &cancel, &gate);
     let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
     let req = select(sel)?;
+    let what = req.resource()?;
     *lock_phase() = Phase::Waiting(None);
+    let started = std::time::Instant::now();
     let acquired = acquire(configure(req, acq).cancel(&cancel), opts);
     // Decide under the phase lock, so that a signal is either seen here or kept for later.
     {
@@ -84,6 +90,22 @@ pub(crate) fn run(
         *phase = Phase::Starting(None);
     }
     let guard = acquired?;
+    if opts.verbose {
+        say(&format!(
+            "took {what} ({}) after {}",
+            shown(guard.path()),
+            crate::when::span(started.elapsed())
+        ));
+    }
+    if let (Some(dead), false) = (guard.reclaimed_from(), opts.quiet) {
+        let taken = dead
+            .acquired_at()
+            .map(|t| format!(" (it took the lock at {})", crate::when::when(t)))
+            .unwrap_or_default();
+        say(&format!(
+            "took over {what} from {dead}{taken}, which ended without releasing it: its work may be half done; the command finds its record in {RECLAIMED_FROM}"
+        ));
+    }
     let spawned = spawn(&guard, opts, command, &gate);
     // A signal that came while the command was being started: it stopped the command at the
     // gate (or, the gate passed already, the command gets it below).
@@ -114,6 +136,11 @@ pub(crate) fn run(
     let released = guard.release();
     let status = status.map_err(|e| Failure(format!("cannot wait for the command: {e}"), 1))?;
     let code = sys::exit_code(&status);
+    if opts.verbose && released.is_ok() {
+        say(&format!(
+            "the command exited with status {code}; released {what}"
+        ));
+    }
     if let Err(e) = released {
         say(&explain(&e));
         return Ok(sys::exit_status(if code == 0 { 1 } else { code }));
@@ -148,14 +175,22 @@ fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel, gate: &Arc<sys::St
 /// status; under -q the exit status alone says it (`-q -n -E 0`: skip without a word).
 fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure> {
     if !opts.quiet {
-        req = req.on_wait(|w| {
-            say(&format!(
-                "waiting for {}: held by {} since {}, judged {}",
-                shown(&w.lock),
-                w.owner,
-                ago(w.since),
-                escape(&w.judgement.to_string())
-            ));
+        let verbose = opts.verbose;
+        req = req.on_wait(move |w| {
+            let mut line = format!(
+                "waiting for {}: held by {} since {}",
+                escape(&w.resource),
+                crate::say::held_by(&w.owner, w.judgement.owner_exited),
+                crate::when::when(w.since)
+            );
+            if verbose {
+                line.push_str(&format!(
+                    " ({}, judged {})",
+                    shown(&w.lock),
+                    escape(&w.judgement.to_string())
+                ));
+            }
+            say(&line);
         });
     }
     req.acquire().map_err(|e| {
@@ -165,7 +200,10 @@ fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure
         let msg = match &e {
             _ if opts.quiet => String::new(),
             Error::Locked { judgement, .. } if judgement.liveness != Liveness::Unknown => {
-                format!("{}, or wait for it (--wait, or -w SECS)", explain(&e))
+                format!(
+                    "{}, or wait for it (--wait-forever, or -w DURATION)",
+                    explain(&e)
+                )
             }
             _ => explain(&e),
         };
@@ -195,6 +233,19 @@ fn spawn(
         guard.name_in(&mut cmd)
     };
     named.map_err(|e| Failure(explain(&e), 126))?;
+    // The dead holder's record, for a command that repairs what it left half done; never one
+    // a parent's run left in our environment.
+    match guard.reclaimed_from() {
+        Some(dead) => {
+            cmd.env(
+                RECLAIMED_FROM,
+                serde_json::to_string(dead).unwrap_or_default(),
+            );
+        }
+        None => {
+            cmd.env_remove(RECLAIMED_FROM);
+        }
+    }
     sys::unblock_forwarded_in_child(&mut cmd);
     // The command never outlives this process: were `dirlock run` killed (even by SIGKILL),
     // the kernel kills the command too, so no contender, whether it judges by the beacon or

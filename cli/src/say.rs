@@ -1,7 +1,8 @@
 //! What the command says: its errors in one paragraph, in its own terms, and its output.
 
 use crate::args::{EX_TEMPFAIL, EX_USAGE};
-use dirlock::text::path as shown;
+use crate::when::when;
+use dirlock::text::{escape, path as shown};
 use dirlock::{Error, Liveness};
 use std::io::Write as _;
 
@@ -28,12 +29,30 @@ impl From<Error> for Failure {
 /// flags and subcommands, where the library's own message names its API).
 pub(crate) fn explain(e: &Error) -> String {
     let head = match e {
-        Error::Locked { judgement, lock, .. } if judgement.liveness == Liveness::Unknown => format!(
-            "{}; it is never reclaimed automatically: check the holder where it ran, and once it is gone remove {} by hand",
-            e.facts(),
-            shown(lock)
-        ),
-        Error::Locked { .. } => format!("{}; retry when it finishes", e.facts()),
+        Error::Locked {
+            judgement,
+            lock,
+            resource,
+            owner,
+            since,
+            ..
+        } => {
+            let head = format!(
+                "{} is held by {} since {}",
+                escape(resource),
+                held_by(owner, judgement.owner_exited),
+                when(*since)
+            );
+            if judgement.liveness == Liveness::Unknown {
+                format!(
+                    "{head}, which cannot be checked from here ({}): it is never taken over automatically; check that process where it ran, and once it is gone remove {} by hand",
+                    escape(&judgement.reason),
+                    shown(lock)
+                )
+            } else {
+                format!("{head}; retry when it finishes")
+            }
+        }
         Error::Malformed { lock, .. } => format!(
             "{}; check that no process uses it, then remove it with `dirlock unlock --force` for the same lock (it refuses while a process holds a lock on it), or remove {} by hand",
             e.facts(),
@@ -67,4 +86,17 @@ pub(crate) fn emit(text: &str) -> Result<(), Failure> {
 /// A line on stderr; a stderr that cannot be written to is not worth failing over.
 pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "dirlock: {line}");
+}
+
+/// Who holds a lock, in words: its recorded owner, or, where that has exited and a process it
+/// started holds the lock (it inherited it), that process.
+pub(crate) fn held_by(owner: &dirlock::Owner, owner_exited: bool) -> String {
+    if owner_exited {
+        format!(
+            "a process that {owner} started (pid {} itself has exited, but what it started inherited the lock)",
+            owner.pid
+        )
+    } else {
+        owner.to_string()
+    }
 }

@@ -1,15 +1,35 @@
 //! From options to the library: the lock directory and the request they name.
 
 use crate::args::{Acquire, Place, Selector, EX_USAGE};
+use crate::run::Program;
 use crate::say::Failure;
 use dirlock::text::{escape, path as shown};
 use dirlock::{Error, LockRequest, Locks, Wait};
+use std::ffi::OsString;
 use std::path::Path;
+
+/// The variable that pins the lock directory where neither `--dir` nor `--app` is given.
+pub(crate) const DIRLOCK_DIR: &str = "DIRLOCK_DIR";
 
 pub(crate) fn open(place: &Place) -> Result<Locks, Failure> {
     match (&place.app, &place.dir) {
         (_, Some(dir)) => own_dir(dir),
-        (app, None) => Ok(Locks::new(app.as_deref().unwrap_or("dirlock"))?),
+        (Some(app), None) => Ok(Locks::new(app)?),
+        (None, None) => match std::env::var_os(DIRLOCK_DIR).filter(|d| !d.is_empty()) {
+            Some(dir) => own_dir(Path::new(&dir)),
+            None => Ok(default_dir()?),
+        },
+    }
+}
+
+/// The command's own lock directory: one per user that does not move with `TMPDIR`, so that
+/// a cron job, a login shell and a service of one user (each with its own environment) name
+/// the same locks. On Windows `%TEMP%`, which is the user's own and the same for all of them.
+fn default_dir() -> Result<Locks, dirlock::Error> {
+    if cfg!(windows) {
+        Locks::new("dirlock")
+    } else {
+        Locks::in_temp("dirlock", "/tmp")
     }
 }
 
@@ -20,7 +40,7 @@ pub(crate) fn own_dir(dir: &Path) -> Result<Locks, Failure> {
         // The library's advice names its API: say it in this command's options instead.
         Error::Unsafe { path, problem, .. } => Failure(
             format!(
-                "refusing {}: {}; lock directories must be private to you: use `--lock NAME` alone (your own namespace under the temporary directory), or `--dir DIR` with a new directory made only for your locks (dirlock creates it with mode 700)",
+                "refusing {}: {}; a lock directory must be one that only you can write (others may read it): use `--lock NAME` alone (your own lock directory), or `--dir DIR` with a directory only you can write (dirlock creates a missing one with mode 700)",
                 shown(&path),
                 escape(&problem)
             ),
@@ -47,19 +67,40 @@ pub(crate) fn select(sel: &Selector) -> Result<LockRequest, Failure> {
                         "--lock DIR/NAME names its own directory: drop --app/--dir",
                     ));
                 }
-                let dir = if dir.is_empty() { "/" } else { dir };
-                Ok(own_dir(Path::new(dir))?.named_lock(name))
+                let dir = Path::new(if dir.is_empty() { "/" } else { dir });
+                // As flock(1) makes no directory for its file: a mistyped DIR is an error,
+                // not a new directory.
+                match std::fs::metadata(dir) {
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => {
+                        return Err(Failure(
+                            format!("cannot use {}: it is not a directory", shown(dir)),
+                            1,
+                        ))
+                    }
+                    Err(e) => {
+                        return Err(Failure(
+                            format!(
+                                "cannot use {}: {e}; the directory of --lock DIR/NAME must exist (create it, or check the path)",
+                                shown(dir)
+                            ),
+                            1,
+                        ))
+                    }
+                }
+                Ok(own_dir(dir)?.named_lock(name).wait(Wait::Forever))
             }
-            None => Ok(open(&sel.place)?.named_lock(l)),
+            None => Ok(open(&sel.place)?.named_lock(l).wait(Wait::Forever)),
         },
         _ => Err(usage(
-            "give one of --repository ROOT, --global-setup HOME, --lock [DIR/]NAME",
+            "give one of --lock [DIR/]NAME, --repository ROOT, --global-setup HOME",
         )),
     }
 }
 
+/// The waiting options over the selector's default.
 pub(crate) fn configure(mut req: LockRequest, acq: &Acquire) -> LockRequest {
-    if acq.wait {
+    if acq.forever {
         req = req.wait(Wait::Forever);
     }
     if acq.nonblock {
@@ -75,4 +116,61 @@ pub(crate) fn configure(mut req: LockRequest, acq: &Acquire) -> LockRequest {
         req = req.purpose(p.clone());
     }
     req
+}
+
+/// The lock and the command of `dirlock run`, from the selector and the words after the
+/// options. Without a selector the first word is the lock's path, as flock(1) takes its file
+/// (a bare name is in the working directory), and `-c STRING` may follow it, as in flock.
+pub(crate) fn run_target(
+    mut sel: Selector,
+    shell: Option<String>,
+    mut words: Vec<OsString>,
+) -> Result<(Selector, Program), Failure> {
+    let usage = |m: &str| Failure(m.to_owned(), EX_USAGE);
+    let given = sel.repository.is_some() || sel.global_setup.is_some() || sel.lock.is_some();
+    let mut shell = shell;
+    if !given {
+        if words.is_empty() {
+            return Err(usage(
+                "say which lock and what to run: `dirlock run --lock NAME CMD...` (or --repository ROOT, --global-setup HOME, or the lock's path first, as with flock: `dirlock run ./build.lock make`)",
+            ));
+        }
+        let first = words.remove(0);
+        let Some(path) = first.to_str() else {
+            return Err(usage(&format!(
+                "the lock's path {} is not UTF-8: give a UTF-8 path",
+                shown(Path::new(&first))
+            )));
+        };
+        let has_dir = path.contains('/') || (cfg!(windows) && path.contains('\\'));
+        sel.lock = Some(if has_dir {
+            path.to_owned()
+        } else {
+            format!("./{path}")
+        });
+        // `flock FILE -- CMD`: the `--` after the lock's path ends the options as it would
+        // before it.
+        if words.first().is_some_and(|w| w == "--") {
+            words.remove(0);
+        } else if shell.is_none()
+            && words.len() == 2
+            && (words[0] == "-c" || words[0] == "--command")
+        {
+            shell = words.pop().and_then(|w| w.into_string().ok());
+            if shell.is_none() {
+                return Err(usage("the -c command is not UTF-8"));
+            }
+            words.clear();
+        }
+    }
+    match (shell, words.is_empty()) {
+        (Some(script), true) => Ok((sel, Program::Shell(script))),
+        (Some(_), false) => Err(usage(
+            "give either -c STRING or a command with its arguments, not both",
+        )),
+        (None, false) => Ok((sel, Program::Argv(words))),
+        (None, true) => Err(usage(
+            "say what to run after the options: a command with its arguments, or -c STRING",
+        )),
+    }
 }

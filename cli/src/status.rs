@@ -3,6 +3,7 @@
 use crate::args::{Selector, EX_TEMPFAIL};
 use crate::say::{emit, Failure};
 use crate::select::{open, select};
+use crate::when::{span, when};
 use dirlock::text::{escape, path as shown};
 use dirlock::{GuardState, State, Status};
 use serde_json::{json, Value};
@@ -11,26 +12,31 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-pub(crate) fn ago(t: SystemTime) -> String {
-    match SystemTime::now().duration_since(t) {
-        Ok(d) => format!("{} s ago", d.as_secs()),
-        Err(e) => format!("{} s in the future", e.duration().as_secs()),
-    }
-}
-
 pub(crate) fn unix_ms(t: SystemTime) -> Option<u64> {
     t.duration_since(UNIX_EPOCH)
         .ok()
         .map(|d| d.as_millis() as u64)
 }
 
+/// How `status` speaks.
+pub(crate) struct Speech {
+    pub(crate) quiet: bool,
+    pub(crate) json: bool,
+    pub(crate) verbose: bool,
+}
+
 pub(crate) fn status(
     sel: &Selector,
     all: bool,
-    quiet: bool,
-    json: bool,
+    speech: &Speech,
     grace: Option<Duration>,
 ) -> Result<ExitCode, Failure> {
+    let Speech {
+        quiet,
+        json,
+        verbose,
+    } = *speech;
+    let mut what = None;
     let statuses = if all {
         open(&sel.place)?.statuses()?
     } else {
@@ -38,6 +44,7 @@ pub(crate) fn status(
         if let Some(g) = grace {
             req = req.grace(g);
         }
+        what = Some(req.resource()?);
         vec![req.status()?]
     };
     let text = if json {
@@ -50,7 +57,11 @@ pub(crate) fn status(
     } else if statuses.is_empty() {
         "no locks are held or left over\n".to_owned()
     } else {
-        statuses.iter().map(describe).collect::<Vec<_>>().join("\n")
+        statuses
+            .iter()
+            .map(|st| describe(st, what.as_deref(), verbose))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     if !quiet {
         emit(&text)?;
@@ -118,31 +129,88 @@ pub(crate) fn to_json(st: &Status) -> Value {
     value
 }
 
-/// A lock's status for people: one field per line, everything read from disk escaped.
-pub(crate) fn describe(st: &Status) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "lock:       {}", shown(&st.path));
-    let state = match &st.state {
-        State::DeadByEvidence { remaining } if remaining.is_zero() => {
-            "dead by evidence (past the grace period: the next acquisition reclaims it)".to_owned()
-        }
-        State::DeadByEvidence { remaining } => format!(
-            "dead by evidence ({} s left in the grace period)",
-            remaining.as_secs_f64().ceil()
-        ),
-        State::DeadByProof => "dead by proof (the next acquisition reclaims it at once)".to_owned(),
-        State::Malformed { .. } => "malformed (never removed automatically)".to_owned(),
-        s => s.name().to_owned(),
+/// What a lock found in a listing is for, from its name alone: `named lock deploy`, or, for
+/// the hashed names of repository and setup locks, whose lock it is with the name.
+fn words_for(name: &str) -> String {
+    let hashed = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(".lock"))
+            .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
     };
-    let _ = writeln!(out, "state:      {state}");
+    if hashed("repository-") {
+        format!("a repository's lock ({name})")
+    } else if hashed("global-setup-") {
+        format!("an account's setup lock ({name})")
+    } else if hashed("path-") {
+        format!("a path's lock ({name})")
+    } else {
+        format!(
+            "named lock {}",
+            escape(name.strip_suffix(".lock").unwrap_or(name))
+        )
+    }
+}
+
+/// A lock's status for people: what the lock is for, whether it can be taken and who holds
+/// it since when, in plain words; `verbose` adds the protocol's details, one per line
+/// (everything read from disk escaped).
+pub(crate) fn describe(st: &Status, what: Option<&str>, verbose: bool) -> String {
+    let mut out = String::new();
+    let what = what.map_or_else(|| words_for(&st.name), str::to_owned);
+    let holder = || {
+        let mut h = st.owner.as_ref().map_or_else(
+            || "an unknown process".to_owned(),
+            |o| crate::say::held_by(o, st.owner_exited),
+        );
+        if let Some(t) = st.since {
+            let _ = write!(h, " since {}", when(t));
+        }
+        h
+    };
+    let summary = match &st.state {
+        State::Free => format!("{what} is free"),
+        State::Held => format!("{what} is held by {}", holder()),
+        State::DeadByProof => format!(
+            "{what} was held by {}, which ended without releasing it: the next run takes it over at once",
+            holder()
+        ),
+        State::DeadByEvidence { remaining } if remaining.is_zero() => format!(
+            "{what} was held by {}, which seems to have ended: the next run takes it over",
+            holder()
+        ),
+        State::DeadByEvidence { remaining } => format!(
+            "{what} was held by {}, which seems to have ended: it can be taken over in {} (or now with `dirlock unlock`)",
+            holder(),
+            span(*remaining)
+        ),
+        State::Unknown => format!(
+            "{what} is held by {}, which cannot be checked from here{}: it is never taken over automatically; once that process is gone, remove the lock with `dirlock unlock`",
+            holder(),
+            st.reason
+                .as_deref()
+                .map(|r| format!(" ({})", escape(r)))
+                .unwrap_or_default()
+        ),
+        State::Malformed { .. } => format!(
+            "{what} is damaged{}: it is never taken over automatically; once no process uses it, remove it with `dirlock unlock --force`",
+            st.reason
+                .as_deref()
+                .map(|r| format!(" ({})", escape(r)))
+                .unwrap_or_default()
+        ),
+        s => format!("{what}: {}", s.name()),
+    };
+    let _ = writeln!(out, "{summary}");
+    let _ = writeln!(out, "  path: {}", shown(&st.path));
+    if !verbose {
+        return out;
+    }
+    let _ = writeln!(out, "  state:      {}", st.state.name());
     if let Some(r) = &st.reason {
-        let _ = writeln!(out, "why:        {}", escape(r));
+        let _ = writeln!(out, "  why:        {}", escape(r));
     }
     if let Some(o) = &st.owner {
-        let mut line = o.to_string();
-        if let Some(t) = st.since {
-            let _ = write!(line, ", since {}", ago(t));
-        }
+        let mut line = format!("pid {}, token {}", o.pid, escape(&o.token));
         line.push_str(match o.beacon {
             Some(true) => ", holds a beacon",
             Some(false) => ", no beacon (judged by pid)",
@@ -154,21 +222,21 @@ pub(crate) fn describe(st: &Status) -> String {
         if let Some(os) = &o.os {
             let _ = write!(line, " on {}", escape(os));
         }
-        let _ = writeln!(out, "owner:      {line}");
+        let _ = writeln!(out, "  owner:      {line}");
     }
     let guard = match &st.guard {
         GuardState::Leftover { marked: true, age } => format!(
-            "left by a crashed reclaimer {} s ago (reused at once by the next one)",
-            age.as_secs()
+            "left by a crashed reclaimer {} ago (reused at once by the next one)",
+            span(*age)
         ),
         GuardState::Leftover { marked: false, age } => format!(
-            "left by another implementation {} s ago (respected for the grace period)",
-            age.as_secs()
+            "left by another implementation {} ago (respected for the grace period)",
+            span(*age)
         ),
         GuardState::Busy => "busy: a process is reclaiming the lock".to_owned(),
         g => g.name().to_owned(),
     };
-    let _ = writeln!(out, "guard:      {guard}");
+    let _ = writeln!(out, "  guard:      {guard}");
     let list = |v: &[dirlock::Leftover]| {
         if v.is_empty() {
             "none".to_owned()
@@ -180,13 +248,13 @@ pub(crate) fn describe(st: &Status) -> String {
                         Some(false) => ", creator gone",
                         None => "",
                     };
-                    format!("{} ({} s old{who})", escape(&l.name), l.age.as_secs())
+                    format!("{} ({} old{who})", escape(&l.name), span(l.age))
                 })
                 .collect::<Vec<_>>()
-                .join("\n            ")
+                .join("\n              ")
         }
     };
-    let _ = writeln!(out, "candidates: {}", list(&st.candidates));
-    let _ = writeln!(out, "tombstones: {}", list(&st.tombstones));
+    let _ = writeln!(out, "  candidates: {}", list(&st.candidates));
+    let _ = writeln!(out, "  tombstones: {}", list(&st.tombstones));
     out
 }

@@ -72,11 +72,12 @@ fn dirlock_then(args: &[&std::ffi::OsStr], command: &[std::ffi::OsString]) -> Ou
     dirlock(&all)
 }
 
-/// `dirlock run --dir DIR --lock a.lock -- <this binary> exit-with CODE`.
+/// `dirlock run -n --dir DIR --lock a.lock -- <this binary> exit-with CODE`.
 fn run_exiting_with(dir: &Path, code: i32) -> Output {
     dirlock_then(
         &[
             os("run"),
+            os("-n"),
             os("--dir"),
             dir.as_os_str(),
             os("--lock"),
@@ -272,7 +273,7 @@ fn a_nested_run_of_its_parents_lock_in_another_case_is_refused_where_names_fold(
         args.extend(level("nest.lock"));
         args.push("--".into());
         args.extend(level("nest.lock"));
-        args.push("--wait".into());
+        args.push("--wait-forever".into());
         let args: Vec<&std::ffi::OsStr> = args[1..].iter().map(|a| a.as_os_str()).collect();
         let out = dirlock_then(&args, &exiting_with(0));
         assert_eq!(out.status.code(), Some(75), "{out:?}");

@@ -256,6 +256,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         if let (false, Some(f)) = (self.told, &self.req.options.on_wait) {
             self.told = true;
             f(&crate::options::Waiting {
+                resource: self.req.resource.to_owned(),
                 lock: self.sp.entry(self.req.name),
                 owner: owner.clone(),
                 judgement: judgement.clone(),

@@ -69,6 +69,31 @@ pub(crate) fn release<S: System>(
     result
 }
 
+/// Whether `NAME` is still the directory `held` published (what a release checks first):
+/// [`Error::Lost`] when it was taken away or replaced.
+pub(crate) fn check_held<S: System>(
+    sp: &Space<S>,
+    held: &Held<S>,
+    resource: &str,
+) -> Result<(), Error> {
+    let name = held.name.as_str();
+    let lost = |problem: &str| Error::Lost {
+        lock: sp.entry(name),
+        resource: resource.to_owned(),
+        problem: problem.to_owned(),
+    };
+    match sp.sys.meta_at(sp.dir, name) {
+        Ok(m) if m.id == held.id => Ok(()),
+        Ok(_) => Err(lost(
+            "another owner's lock is in its place (it was reclaimed and taken)",
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            Err(lost("it is gone (someone removed or reclaimed it)"))
+        }
+        Err(e) => Err(sp.io("check the lock", name, e)),
+    }
+}
+
 /// Release proper: check, retire, check the tombstone, wake waiters, reap.
 fn retire_held<S: System>(sp: &Space<S>, held: Held<S>, resource: &str) -> Result<(), Error> {
     let name = held.name.as_str();
@@ -77,18 +102,7 @@ fn retire_held<S: System>(sp: &Space<S>, held: Held<S>, resource: &str) -> Resul
         resource: resource.to_owned(),
         problem: problem.to_owned(),
     };
-    match sp.sys.meta_at(sp.dir, name) {
-        Ok(m) if m.id == held.id => {}
-        Ok(_) => {
-            return Err(lost(
-                "another owner's lock is in its place (it was reclaimed and taken)",
-            ))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(lost("it is gone (someone removed or reclaimed it)"))
-        }
-        Err(e) => return Err(sp.io("check the lock before release", name, e)),
-    }
+    check_held(sp, &held, resource)?;
     // Named by our token: unique (a token is published once), and no random draw needed.
     let tomb = tombstone_for(name, &held.owner.token, || sp.sys.token());
     match sp.sys.rename_noreplace(sp.dir, name, &tomb) {

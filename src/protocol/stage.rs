@@ -113,9 +113,9 @@ pub(super) fn stage_once<S: System>(
 ) -> Result<Staged<S>, Error> {
     // Size the record before touching the disk (the purpose may be too long).
     let mut owner = new_record(sp.sys, me, token, true, req.options);
-    owner.to_bytes().map_err(|problem| Error::InvalidInput {
+    owner.to_bytes().map_err(|e| Error::InvalidInput {
         what: "purpose".into(),
-        problem,
+        problem: format!("{e} (shorten the purpose)"),
     })?;
     let name = candidate_name(req.name, &owner.token);
     let fresh = make_candidate(sp, &name)?;
@@ -172,9 +172,9 @@ pub(super) fn write_record<S: System>(
     durable: bool,
     fix_mode: bool,
 ) -> Result<(), Error> {
-    let bytes = owner.to_bytes().map_err(|problem| Error::InvalidInput {
+    let bytes = owner.to_bytes().map_err(|e| Error::InvalidInput {
         what: "purpose".into(),
-        problem,
+        problem: format!("{e} (shorten the purpose)"),
     })?;
     let file = format!("{name}/{OWNER_FILE}");
     sp.sys

@@ -139,7 +139,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         .collect();
     let fuse = at(5) % 4 == 1;
     // On a filesystem without no-replace renames, a plain rename replaces an empty directory
-    // at the lock path: an intruder's empty directory there is a known limit (README), not a
+    // at the lock path: an intruder's empty directory there is a known limit (docs/limits.md), not a
     // finding.
     let mut scripts: Vec<Script> = scripts
         .into_iter()

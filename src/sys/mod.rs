@@ -20,6 +20,8 @@ mod windows;
 
 pub(crate) use per_process::PerProcess;
 
+#[cfg(unix)]
+pub(crate) use unix::filesystem;
 #[cfg(all(unix, test))]
 pub(crate) use unix::finishes_in_a_fork;
 #[cfg(unix)]
@@ -28,6 +30,8 @@ use unix::process_key;
 pub(crate) use unix::{check_reactor, sleep_async};
 #[cfg(unix)]
 pub use unix::{CancelHandle, Real};
+#[cfg(windows)]
+pub(crate) use windows::filesystem;
 #[cfg(windows)]
 pub(crate) use windows::name_on_disk;
 #[cfg(windows)]
@@ -114,7 +118,7 @@ pub enum Renamed {
     /// With a plain rename (the filesystem refused no-replace): `to` may have been an empty
     /// directory that is now gone, so the caller checks what it renamed.
     #[cfg_attr(
-        all(windows, not(any(test, feature = "sim"))),
+        all(windows, not(any(test, fuzzing))),
         expect(dead_code, reason = "Windows always renames without replacing")
     )]
     Plain,

@@ -22,7 +22,9 @@ pub struct Fixture {
 impl Fixture {
     pub fn new() -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
-        let locks = Locks::in_dir(tmp.path().join("locks")).unwrap();
+        // Made here, since the library makes it only at the first acquisition, and tests plant
+        // entries in it before any.
+        let locks = Locks::in_dir(private_dir(&tmp.path().join("locks"))).unwrap();
         std::fs::create_dir(tmp.path().join("repo")).unwrap();
         Fixture { tmp, locks }
     }

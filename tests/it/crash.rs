@@ -20,7 +20,7 @@ fn a_killed_holder_is_reclaimed_at_once() {
         } => {
             assert_eq!(owner.pid, holder.pid());
             assert_eq!(judgement.liveness, Liveness::Live);
-            assert!(judgement.reason.contains("beacon"), "{judgement}");
+            assert!(judgement.reason.contains("holds it open"), "{judgement}");
         }
         other => panic!("expected Locked, got {other:?}"),
     }

@@ -1,6 +1,7 @@
 //! Lock names: golden values from the reference implementation's formula
 //! (`sha256("repository\0" + realpath)` in Node.js), and the per-user layout.
 
+use crate::common::Fixture;
 use dirlock::paths::{global_setup_lock_name, repository_lock_name};
 use std::path::Path;
 
@@ -34,4 +35,57 @@ fn names_match_the_reference_formula() {
         assert_eq!(repository_lock_name(Path::new(path)), *repo, "{path}");
         assert_eq!(global_setup_lock_name(Path::new(path)), *setup, "{path}");
     }
+}
+
+/// A lock for any path: every spelling of one file (a symlink to it, a `..`, a name not yet
+/// made) is one lock, and two files are two.
+#[test]
+fn a_path_lock_is_one_lock_for_every_spelling_of_the_path() {
+    let fx = Fixture::new();
+    let conf = fx.tmp.path().join("conf");
+    std::fs::create_dir(&conf).unwrap();
+    std::os::unix::fs::symlink(&conf, fx.tmp.path().join("alias")).unwrap();
+    let settings = conf.join("settings.toml"); // not made yet
+    let held = fx.locks.path_lock(&settings).acquire().unwrap();
+    let name = dirlock::paths::path_lock_name(
+        &std::fs::canonicalize(&conf).unwrap().join("settings.toml"),
+    );
+    assert_eq!(held.path(), fx.dir().join(&name));
+    assert!(
+        name.starts_with("path-") && name.ends_with(".lock"),
+        "{name}"
+    );
+    for spelling in [
+        fx.tmp.path().join("alias/settings.toml"),
+        conf.join("../conf/settings.toml"),
+    ] {
+        // This thread holds it: the same lock, refused as already held.
+        let err = fx.locks.path_lock(&spelling).acquire().unwrap_err();
+        assert!(
+            matches!(err, dirlock::Error::AlreadyHeld { .. }),
+            "{spelling:?}: {err}"
+        );
+        assert!(err.to_string().contains("settings.toml"), "{err}");
+    }
+    // Made since: still the same lock.
+    std::fs::write(&settings, "x").unwrap();
+    assert!(matches!(
+        fx.locks.path_lock(&settings).acquire().unwrap_err(),
+        dirlock::Error::AlreadyHeld { .. }
+    ));
+    // Another file is another lock.
+    fx.locks
+        .path_lock(conf.join("other.toml"))
+        .acquire()
+        .unwrap()
+        .release()
+        .unwrap();
+    held.release().unwrap();
+    // A missing parent is an error naming it.
+    let err = fx
+        .locks
+        .path_lock(fx.tmp.path().join("nope/x"))
+        .acquire()
+        .unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
 }

@@ -62,7 +62,7 @@ fn a_dead_reference_owner_waits_out_the_grace_period() {
         }
         other => panic!("expected Stale, got {other:?}"),
     }
-    assert!(err.to_string().contains("reclaimable in"), "{err}");
+    assert!(err.to_string().contains("can be taken over in"), "{err}");
     assert!(
         lock.join("owner.json").exists(),
         "not removed inside the grace period"

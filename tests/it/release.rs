@@ -15,6 +15,15 @@ fn a_stolen_lock_is_reported_and_the_new_owner_spared() {
             .unwrap()
     });
     let b_token = b.owner().token.clone();
+    // Asked mid-work, the guard says what its release would.
+    let err = a.check().unwrap_err();
+    assert!(matches!(err, Error::Lost { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("another owner's lock is in its place"),
+        "{err}"
+    );
+    b.check().unwrap();
     let err = a.release().unwrap_err();
     assert!(matches!(err, Error::Lost { .. }), "{err:?}");
     assert!(
@@ -32,7 +41,9 @@ fn a_stolen_lock_is_reported_and_the_new_owner_spared() {
 fn a_vanished_lock_is_reported() {
     let fx = Fixture::new();
     let a = fx.locks.named_lock("x.lock").acquire().unwrap();
+    a.check().unwrap();
     std::fs::rename(a.path(), fx.dir().join("gone")).unwrap();
+    assert!(a.check().unwrap_err().to_string().contains("is gone"));
     let err = a.release().unwrap_err();
     assert!(err.to_string().contains("is gone"), "{err}");
 }

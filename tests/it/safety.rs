@@ -39,18 +39,41 @@ fn a_symlinked_lock_directory_is_refused() {
 #[test]
 fn open_modes_are_refused_with_the_fix() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("locks");
+    for (bits, who) in [(0o775, "its group"), (0o757, "anyone"), (0o1777, "anyone")] {
+        let dir = tmp.path().join(format!("locks-{bits:o}"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, PermissionsExt::from_mode(bits)).unwrap();
+        let err = Locks::in_dir(&dir).unwrap_err();
+        assert!(matches!(err, Error::Unsafe { .. }), "{bits:o}: {err:?}");
+        let msg = err.to_string();
+        // A directory the caller named may be shared (a project, /usr): never advise changing
+        // it.
+        assert!(
+            msg.contains(&format!("mode {bits:o}: {who} may write it"))
+                && msg.contains("a directory only you can write")
+                && !msg.contains("chmod")
+                && !msg.contains("::"),
+            "{msg}"
+        );
+        assert_eq!(mode(&dir), bits, "refused, not silently changed");
+    }
+}
+
+/// A directory only its owner can write (a project's, mode 755) hosts locks, as OpenSSH's
+/// StrictModes trusts it; each lock inside is private all the same.
+#[test]
+fn a_directory_others_may_only_read_is_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("project");
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o755)).unwrap();
-    let err = Locks::in_dir(&dir).unwrap_err();
-    assert!(matches!(err, Error::Unsafe { .. }), "{err:?}");
-    let msg = err.to_string();
-    // A directory the caller named may be shared (a project, /usr): never advise changing it.
-    assert!(
-        msg.contains("mode 755") && msg.contains("Locks::in_dir") && !msg.contains("chmod"),
-        "{msg}"
-    );
-    assert_eq!(mode(&dir), 0o755, "refused, not silently changed");
+    let locks = Locks::in_dir(&dir).unwrap();
+    let guard = locks.named_lock("build").acquire().unwrap();
+    assert_eq!(guard.path(), dir.join("build.lock"));
+    assert_eq!(mode(&dir.join("build.lock")), 0o700);
+    assert_eq!(mode(&dir.join("build.lock").join("owner.json")), 0o600);
+    guard.release().unwrap();
+    assert_eq!(mode(&dir), 0o755, "left as it was");
 }
 
 #[test]

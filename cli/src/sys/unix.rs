@@ -391,3 +391,31 @@ pub fn shell(script: &str) -> std::process::Command {
     cmd.arg("-c").arg(script);
     cmd
 }
+
+/// The local time of `secs` since the epoch: (year, month, day, hour, minute, second).
+#[allow(
+    clippy::useless_conversion,
+    reason = "time_t is 64 bits here, 32 on some targets"
+)]
+pub fn local_time(secs: i64) -> Option<(i64, u32, u32, u32, u32, u32)> {
+    let t: libc::time_t = secs.try_into().ok()?;
+    // SAFETY: an all-zero `tm` is a valid value (integers, and a null zone name pointer that
+    // localtime_r overwrites).
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live values of the right types; localtime_r is the
+    // reentrant form, writing only to `tm`.
+    if unsafe { libc::localtime_r(&t, &mut tm) }.is_null() {
+        return None;
+    }
+    Some((
+        i64::from(tm.tm_year) + 1900,
+        u32::try_from(tm.tm_mon + 1).ok()?,
+        u32::try_from(tm.tm_mday).ok()?,
+        u32::try_from(tm.tm_hour).ok()?,
+        u32::try_from(tm.tm_min).ok()?,
+        u32::try_from(tm.tm_sec).ok()?,
+    ))
+}
+
+/// What [`local_time`] gives: local time needs no zone name.
+pub const ZONE: &str = "";

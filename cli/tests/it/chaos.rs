@@ -1,5 +1,5 @@
 //! Layer 3: mutual exclusion under chaos, with real processes. Workers loop `dirlock run
-//! --wait -- sh section.sh`; some run under strace, which SIGKILLs them at a named point of the
+//! --wait-forever -- sh section.sh`; some run under strace, which SIGKILLs them at a named point of the
 //! protocol (mid-stage, publish, retire, reap, the guard); a killer SIGKILLs random holders,
 //! waiters and sections. Each critical section takes an exclusive occupancy marker (link(2)), does a
 //! read-modify-write of a counter and logs `enter`/`exit` lines with O_APPEND, so the log's
@@ -103,7 +103,7 @@ fn chaos(base: &Path, workers: usize, run_for: Duration, min_sections: u64) -> O
                         }
                         None => Command::new(BIN),
                     };
-                    cmd.args(["run", "-q", "--wait", "--dir"])
+                    cmd.args(["run", "-q", "--wait-forever", "--dir"])
                         .arg(&locks)
                         .args(["--lock", "chaos.lock", "--", "sh"])
                         .arg(&script)

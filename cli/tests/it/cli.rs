@@ -58,7 +58,16 @@ fn run_passes_the_exit_status_through_and_releases() {
     assert_eq!(fx.entries(), Vec::<String>::new(), "released");
     let out = dirlock(
         fx.dir(),
-        &["run", "--lock", "r.lock", "--", "sh", "-c", "kill -TERM $$"],
+        &[
+            "run",
+            "-n",
+            "--lock",
+            "r.lock",
+            "--",
+            "sh",
+            "-c",
+            "kill -TERM $$",
+        ],
     );
     assert_eq!(out.status.code(), Some(128 + 15));
     // The command starts with no signal of ours blocked.
@@ -77,7 +86,7 @@ fn run_passes_the_exit_status_through_and_releases() {
     assert_eq!(text(&out.stdout).trim(), "SigBlk:\t0000000000000000");
     let out = dirlock(
         fx.dir(),
-        &["run", "--lock", "r.lock", "--", "/nonexistent/cmd"],
+        &["run", "-n", "--lock", "r.lock", "--", "/nonexistent/cmd"],
     );
     assert_eq!(out.status.code(), Some(127));
     assert!(
@@ -92,7 +101,7 @@ fn run_passes_the_exit_status_through_and_releases() {
 fn a_held_lock_exits_75_and_usage_errors_64() {
     let fx = Fixture::new();
     let _h = Holder::start(fx.dir(), &["--lock", "r.lock", "--purpose", "deploy"]);
-    let out = dirlock(fx.dir(), &["run", "--lock", "r.lock", "--", "true"]);
+    let out = dirlock(fx.dir(), &["run", "-n", "--lock", "r.lock", "--", "true"]);
     assert_eq!(out.status.code(), Some(75));
     let err = text(&out.stderr);
     assert!(
@@ -101,7 +110,7 @@ fn a_held_lock_exits_75_and_usage_errors_64() {
     );
     assert_eq!(err.trim_end().lines().count(), 1, "one paragraph: {err}");
     for bad in [
-        &["run", "--lock", "r.lock"][..],
+        &["run", "-n", "--lock", "r.lock"][..],
         &["run", "--", "true"],
         &["frobnicate"],
         &["run", "--lock", "r.lock", "--timeout", "x", "--", "true"],
@@ -217,7 +226,7 @@ fn what_the_command_left_running_keeps_the_lock_until_it_exits() {
     let _background = PidGuard(background);
     run.0.kill().unwrap();
     run.0.wait().unwrap();
-    let out = dirlock(fx.dir(), &["run", "--lock", "k.lock", "--", "true"]);
+    let out = dirlock(fx.dir(), &["run", "-n", "--lock", "k.lock", "--", "true"]);
     assert_eq!(
         out.status.code(),
         Some(75),
@@ -228,7 +237,7 @@ fn what_the_command_left_running_keeps_the_lock_until_it_exits() {
     // The kernel now proves the owner gone: taken at once (the process may take a moment to die).
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let out = dirlock(fx.dir(), &["run", "--lock", "k.lock", "--", "true"]);
+        let out = dirlock(fx.dir(), &["run", "-n", "--lock", "k.lock", "--", "true"]);
         if out.status.success() {
             break;
         }
@@ -241,12 +250,12 @@ fn what_the_command_left_running_keeps_the_lock_until_it_exits() {
 fn a_nested_run_of_the_same_lock_is_told_its_parent_holds_it() {
     let fx = Fixture::new();
     let inner = format!(
-        "{BIN} run --dir {} --lock n.lock --wait -- true; echo nested=$?",
+        "{BIN} run --dir {} --lock n.lock --wait-forever -- true; echo nested=$?",
         fx.dir().display()
     );
     let out = dirlock(
         fx.dir(),
-        &["run", "--lock", "n.lock", "--", "sh", "-c", &inner],
+        &["run", "-n", "--lock", "n.lock", "--", "sh", "-c", &inner],
     );
     assert!(out.status.success());
     assert_eq!(text(&out.stdout), "nested=75\n");
@@ -262,7 +271,7 @@ fn a_nested_run_of_the_same_lock_is_told_its_parent_holds_it() {
     );
     let out = dirlock(
         fx.dir(),
-        &["run", "--lock", "n.lock", "--", "sh", "-c", &inner],
+        &["run", "-n", "--lock", "n.lock", "--", "sh", "-c", &inner],
     );
     assert_eq!(text(&out.stdout), "nested=0\n");
 }
@@ -286,7 +295,7 @@ fn status_json_parses_back() {
     assert_eq!(v["guard"]["state"], "absent");
     assert!(v["since_unix_ms"].as_u64().unwrap() > 0);
     assert_eq!(v["path"], fx.dir().join("j.lock").to_str().unwrap());
-    let text_out = text(&dirlock(fx.dir(), &["status", "--lock", "j.lock"]).stdout);
+    let text_out = text(&dirlock(fx.dir(), &["status", "-v", "--lock", "j.lock"]).stdout);
     assert!(
         text_out.contains("state:      held") && text_out.contains("holds a beacon"),
         "{text_out}"
@@ -329,7 +338,10 @@ fn unlock_removes_only_the_dead() {
     let out = dirlock(fx.dir(), &["unlock", "--lock", "u.lock"]);
     assert_eq!(out.status.code(), Some(75));
     let err = text(&out.stderr);
-    assert!(err.contains("judged live"), "{err}");
+    assert!(
+        err.contains(&format!("is held by pid {}", h.pid())),
+        "{err}"
+    );
     // The advice is this subcommand's: unlock has no --wait to offer.
     assert!(
         err.contains("removes only a lock whose owner is dead"),
@@ -489,7 +501,7 @@ fn path_and_hold_and_lock_paths_with_a_directory() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64), "DIR/NAME and --app conflict");
     let out = Command::new(BIN)
-        .args(["run", "--lock"])
+        .args(["run", "-n", "--lock"])
         .arg(&lock)
         .args(["--", "true"])
         .output()
@@ -505,7 +517,14 @@ fn flock_style_flags() {
     // -c: through sh -c; the exit status passes through.
     let out = dirlock(
         fx.dir(),
-        &["run", "--lock", "f.lock", "-c", "echo $((6 * 7)); exit 4"],
+        &[
+            "run",
+            "-n",
+            "--lock",
+            "f.lock",
+            "-c",
+            "echo $((6 * 7)); exit 4",
+        ],
     );
     assert_eq!(out.status.code(), Some(4));
     assert_eq!(text(&out.stdout), "42\n");
@@ -529,10 +548,10 @@ fn flock_style_flags() {
     assert!(start.elapsed() < Duration::from_secs(10));
     let out = dirlock(
         fx.dir(),
-        &["run", "-E", "0", "--lock", "f.lock", "--", "true"],
+        &["run", "-n", "-E", "0", "--lock", "f.lock", "--", "true"],
     );
     assert_eq!(out.status.code(), Some(0), "-E 0: the status when held");
-    assert!(text(&out.stderr).contains("or wait for it (--wait"));
+    assert!(text(&out.stderr).contains("or wait for it (--wait-forever"));
     let out = dirlock(
         fx.dir(),
         &[
@@ -543,7 +562,7 @@ fn flock_style_flags() {
     assert_eq!(text(&out.stderr), "", "-q -n -E 0: skip without a word");
     let out = dirlock(
         fx.dir(),
-        &["run", "-E", "9", "--lock", "f.lock", "--", "true"],
+        &["run", "-n", "-E", "9", "--lock", "f.lock", "--", "true"],
     );
     assert_eq!(out.status.code(), Some(9));
     // -w: a fractional timeout, then the conflict status.
@@ -555,15 +574,23 @@ fn flock_style_flags() {
     assert_eq!(out.status.code(), Some(75));
     assert!(start.elapsed() >= Duration::from_millis(300));
     assert!(
-        text(&out.stderr).contains("gave up on the lock"),
+        text(&out.stderr).contains("gave up on named lock f.lock"),
         "{}",
         text(&out.stderr)
     );
     // Usage errors.
     for bad in [
-        &["run", "-n", "--wait", "--lock", "x.lock", "--", "true"][..],
+        &[
+            "run",
+            "-n",
+            "--wait-forever",
+            "--lock",
+            "x.lock",
+            "--",
+            "true",
+        ][..],
         &["run", "--lock", "x.lock", "-c", "true", "--", "true"],
-        &["run", "--lock", "x.lock"],
+        &["run", "-n", "--lock", "x.lock"],
     ] {
         let out = dirlock(fx.dir(), bad);
         assert_eq!(
@@ -580,7 +607,7 @@ fn no_inherit_keeps_the_beacon_from_the_command() {
     let fx = Fixture::new();
     // What the command's shell has open, and what DIRLOCK_HELD names.
     let open = |extra: &[&str]| {
-        let mut args = vec!["run", "--lock", "o.lock"];
+        let mut args = vec!["run", "-n", "--lock", "o.lock"];
         args.extend_from_slice(extra);
         args.extend([
             "--",
@@ -645,7 +672,10 @@ fn status_exit_status_says_whether_the_lock_can_be_taken() {
 #[test]
 fn hold_is_hidden_and_completions_and_the_manual_come_from_the_same_definitions() {
     let help = text(&Command::new(BIN).arg("--help").output().unwrap().stdout);
-    assert!(!help.contains("hold"), "{help}");
+    assert!(
+        !help.lines().any(|l| l.trim_start().starts_with("hold ")),
+        "{help}"
+    );
     assert!(
         help.contains("completions") && help.contains("man"),
         "{help}"
@@ -680,9 +710,16 @@ fn hold_is_hidden_and_completions_and_the_manual_come_from_the_same_definitions(
         let words: Vec<&str> = out
             .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
             .collect();
+        // (`hold` as a word of its own: the option help says who "holds" a lock.)
         assert!(
             words.contains(&"unlock") && !words.contains(&"hold"),
-            "{shell}: {out}"
+            "{shell}: {}",
+            out.lines()
+                .filter(|l| l
+                    .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+                    .any(|w| w == "hold"))
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
     let man = text(&Command::new(BIN).arg("man").output().unwrap().stdout);
@@ -723,7 +760,7 @@ fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
 #[test]
 fn a_shared_directory_is_never_to_be_changed() {
     let tmp = tempfile::tempdir().unwrap();
-    for (name, mode) in [("shared", 0o1777), ("project", 0o755)] {
+    for (name, mode) in [("shared", 0o1777), ("team", 0o775)] {
         let dir = tmp.path().join(name);
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
@@ -732,7 +769,9 @@ fn a_shared_directory_is_never_to_be_changed() {
             let err = text(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{name}, {who}: {err}");
             assert!(
-                !err.contains("chmod") && !err.contains("remove") && err.contains("private"),
+                !err.contains("chmod")
+                    && !err.contains("remove")
+                    && err.contains("only you can write"),
                 "{name}, {who}: dangerous or missing advice: {err}"
             );
             assert!(
@@ -742,14 +781,14 @@ fn a_shared_directory_is_never_to_be_changed() {
         };
         check(
             &Command::new(BIN)
-                .args(["run", "--lock", &lock, "--", "true"])
+                .args(["run", "-n", "--lock", &lock, "--", "true"])
                 .output()
                 .unwrap(),
             "this user",
         );
         // As another (normal) user, the directory is not even theirs: still no advice to
         // change it.
-        if let Some(out) = as_nobody(&["run", "--lock", &lock, "--", "true"], tmp.path()) {
+        if let Some(out) = as_nobody(&["run", "-n", "--lock", &lock, "--", "true"], tmp.path()) {
             check(&out, "uid 65534");
         }
         assert_eq!(
@@ -764,7 +803,7 @@ fn a_shared_directory_is_never_to_be_changed() {
 fn relative_lock_paths_resolve_against_the_working_directory() {
     let fx = Fixture::new();
     let out = Command::new(BIN)
-        .args(["run", "--lock", "./locks/r.lock", "--", "true"])
+        .args(["run", "-n", "--lock", "./locks/r.lock", "--", "true"])
         .current_dir(fx.tmp.path())
         .output()
         .unwrap();
@@ -793,10 +832,13 @@ fn relative_lock_paths_resolve_against_the_working_directory() {
 fn the_command_advises_in_its_own_terms() {
     let fx = Fixture::new();
     let _h = Holder::start(fx.dir(), &["--lock", "a.lock"]);
-    let err = text(&dirlock(fx.dir(), &["run", "--lock", "a.lock", "--", "true"]).stderr);
-    assert!(err.contains("--wait") && !err.contains("Wait::"), "{err}");
+    let err = text(&dirlock(fx.dir(), &["run", "-n", "--lock", "a.lock", "--", "true"]).stderr);
+    assert!(
+        err.contains("--wait-forever") && !err.contains("Wait::"),
+        "{err}"
+    );
     plant(fx.dir(), "m.lock", "garbage", Duration::ZERO);
-    let err = text(&dirlock(fx.dir(), &["run", "--lock", "m.lock", "--", "true"]).stderr);
+    let err = text(&dirlock(fx.dir(), &["run", "-n", "--lock", "m.lock", "--", "true"]).stderr);
     assert!(
         err.contains("dirlock unlock --force") && !err.contains("LockRequest"),
         "{err}"

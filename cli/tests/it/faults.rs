@@ -11,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A tmpfs mounted on a private directory, unmounted on drop.
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
-    fn mount(options: &str) -> Tmpfs {
+    pub(crate) fn mount(options: &str) -> Tmpfs {
         let dir = tempfile::tempdir().unwrap();
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", options, "dirlock-test"])
@@ -31,7 +31,7 @@ impl Tmpfs {
         Tmpfs { dir }
     }
 
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
@@ -112,7 +112,7 @@ fn no_inodes_left_is_a_clean_error_and_leaves_nothing() {
         return;
     }
     let fs = Tmpfs::mount("nr_inodes=64,size=1m");
-    let locks = Locks::in_dir(fs.path().join("locks")).unwrap();
+    let locks = Locks::in_dir(private_dir(&fs.path().join("locks"))).unwrap();
     let mut fillers: Vec<PathBuf> = Vec::new();
     for i in 0.. {
         let f = fs.path().join(format!("f{i}"));

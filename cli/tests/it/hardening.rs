@@ -43,7 +43,7 @@ fn a_command_that_closed_the_beacon_dies_with_its_killed_wrapper() {
     );
     let mut wrapper = ChildGuard::spawn(dirlock_in(
         fx.dir(),
-        &["run", "--lock", "k.lock", "--", "bash", "-c", &script],
+        &["run", "-n", "--lock", "k.lock", "--", "bash", "-c", &script],
     ));
     let command = read_pid(&pidfile);
     let _command = PidGuard(command);
@@ -61,7 +61,7 @@ fn a_command_that_closed_the_beacon_dies_with_its_killed_wrapper() {
     let got_in = eventually(Duration::from_secs(20), || {
         let o = out(dirlock_in(
             fx.dir(),
-            &["run", "--lock", "k.lock", "--", "true"],
+            &["run", "-n", "--lock", "k.lock", "--", "true"],
         ));
         if o.status.success() {
             assert!(
@@ -89,7 +89,7 @@ fn the_command_of_a_killed_wrapper_dies_with_it() {
     );
     let mut wrapper = ChildGuard::spawn(dirlock_in(
         fx.dir(),
-        &["run", "--lock", "k.lock", "--", "sh", "-c", &script],
+        &["run", "-n", "--lock", "k.lock", "--", "sh", "-c", &script],
     ));
     let command = read_pid(&pidfile);
     let _command = PidGuard(command);
@@ -102,7 +102,7 @@ fn the_command_of_a_killed_wrapper_dies_with_it() {
     // Once every process is gone, the lock is reclaimable at once (the beacon proves it).
     let o = out(dirlock_in(
         fx.dir(),
-        &["run", "--lock", "k.lock", "--", "true"],
+        &["run", "-n", "--lock", "k.lock", "--", "true"],
     ));
     assert!(o.status.success(), "{}", text(&o.stderr));
 }
@@ -208,7 +208,7 @@ fn hostile_tokens_neither_wedge_nor_spin() {
         // Fail fast and with a deadline: the dead owner's lock is reclaimed at once (its beacon
         // is free), and the run returns.
         for args in [
-            &["run", "--lock", "h.lock", "--", "true"][..],
+            &["run", "-n", "--lock", "h.lock", "--", "true"][..],
             &["run", "--lock", "h.lock", "--timeout", "2", "--", "true"],
         ] {
             let mut c = ChildGuard::spawn(
@@ -236,15 +236,15 @@ fn hostile_tokens_neither_wedge_nor_spin() {
 #[test]
 fn signals_abandon_a_wait_and_run_nothing() {
     for (sig, code, how) in [
-        (libc::SIGTERM, 143, "--wait"),
-        (libc::SIGINT, 130, "--wait"),
+        (libc::SIGTERM, 143, "--wait-forever"),
+        (libc::SIGINT, 130, "--wait-forever"),
         (libc::SIGHUP, 129, "--timeout=30"),
         (libc::SIGTERM, 143, "global"),
-        (libc::SIGQUIT, 131, "--wait"),
-        (libc::SIGUSR1, 138, "--wait"),
+        (libc::SIGQUIT, 131, "--wait-forever"),
+        (libc::SIGUSR1, 138, "--wait-forever"),
         (libc::SIGUSR2, 140, "--timeout=30"),
-        (libc::SIGALRM, 142, "--wait"),
-        (libc::SIGPIPE, 141, "--wait"),
+        (libc::SIGALRM, 142, "--wait-forever"),
+        (libc::SIGPIPE, 141, "--wait-forever"),
     ] {
         let fx = Fixture::new();
         let target: Vec<String> = if how == "global" {
@@ -254,7 +254,7 @@ fn signals_abandon_a_wait_and_run_nothing() {
         };
         let holder_args: Vec<&str> = target
             .iter()
-            .filter(|a| !a.starts_with("--wait") && !a.starts_with("--timeout"))
+            .filter(|a| !a.starts_with("--wait-forever") && !a.starts_with("--timeout"))
             .map(String::as_str)
             .collect();
         let _holder = Holder::start(fx.dir(), &holder_args);
@@ -300,7 +300,7 @@ fn ctrl_c_on_a_terminal_abandons_a_wait() {
     let _holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
     let ran = fx.tmp.path().join("ran");
     let inner = format!(
-        "exec {BIN} run --dir {} --lock w.lock --wait -- touch {}",
+        "exec {BIN} run --dir {} --lock w.lock --wait-forever -- touch {}",
         fx.dir().display(),
         ran.display()
     );
@@ -386,11 +386,12 @@ fn a_nested_run_spelled_differently_is_told_its_parent_holds_it() {
         } else {
             "--lock n.lock".into()
         };
-        let inner = format!("{BIN} run {spelling} {lock_arg} --wait -- true; echo nested=$?");
+        let inner =
+            format!("{BIN} run {spelling} {lock_arg} --wait-forever -- true; echo nested=$?");
         let mut c = ChildGuard::spawn(
             dirlock_in(
                 fx.dir(),
-                &["run", "--lock", "n.lock", "--", "sh", "-c", &inner],
+                &["run", "-n", "--lock", "n.lock", "--", "sh", "-c", &inner],
             )
             .current_dir(fx.tmp.path())
             .stdout(Stdio::piped())
@@ -422,7 +423,8 @@ fn a_nested_run_under_an_odd_temp_dir_is_told_its_parent_holds_it() {
     for name in [&b"new\nline"[..], &b"not-utf8-\xff"[..]] {
         let tmpdir = fx.tmp.path().join(OsStr::from_bytes(name));
         private_dir(&tmpdir);
-        let inner = format!("{BIN} run --app odd --lock n.lock --wait -- true; echo nested=$?");
+        let inner =
+            format!("{BIN} run --app odd --lock n.lock --wait-forever -- true; echo nested=$?");
         let mut c = ChildGuard::spawn(
             Command::new(BIN)
                 .args([
@@ -457,7 +459,7 @@ fn out_of_descriptors_is_an_io_error_never_a_malformed_lock() {
     for n in 4..40 {
         for args in [
             "status --lock e.lock",
-            "run --lock e.lock -- true",
+            "run -n --lock e.lock -- true",
             "unlock --lock e.lock",
         ] {
             let o = out(Command::new("sh").arg("-c").arg(format!(
@@ -471,7 +473,7 @@ fn out_of_descriptors_is_an_io_error_never_a_malformed_lock() {
                 !all.contains("malformed") && !all.contains("by hand"),
                 "ulimit -n {n}, {args}: {all}"
             );
-            if all.contains("state:      held") {
+            if all.contains(" is held by pid ") {
                 held += 1;
             }
         }
@@ -589,7 +591,7 @@ fn record_text_cannot_inject_into_a_terminal() {
     };
     let o = out(dirlock_in(
         fx.dir(),
-        &["run", "--lock", "x.lock", "--", "true"],
+        &["run", "-n", "--lock", "x.lock", "--", "true"],
     ));
     assert_eq!(o.status.code(), Some(75));
     clean(&text(&o.stderr), "Locked", 1);
@@ -599,7 +601,9 @@ fn record_text_cannot_inject_into_a_terminal() {
     ));
     clean(&text(&o.stderr), "waiting line and Timeout", 2);
     let o = out(dirlock_in(fx.dir(), &["status", "--lock", "x.lock"]));
-    clean(&text(&o.stdout), "status", 7);
+    clean(&text(&o.stdout), "status", 2);
+    let o = out(dirlock_in(fx.dir(), &["status", "-v", "--lock", "x.lock"]));
+    clean(&text(&o.stdout), "status -v", 8);
     let err = fx.locks.named_lock("x.lock").acquire().unwrap_err();
     let msg = err.to_string();
     assert!(!msg.chars().any(char::is_control), "Display: {msg:?}");

@@ -244,7 +244,11 @@ fn the_references_holder_excludes_dirlock_which_reclaims_it_after_the_grace_peri
     node.wait().unwrap();
     let out = s.dirlock(&["run", "--app", "apnea", "--repository", r, "--", "true"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
-    assert!(text(&out).contains("reclaimable in"), "{}", text(&out));
+    assert!(
+        text(&out).contains("can be taken over in"),
+        "{}",
+        text(&out)
+    );
     let lock = PathBuf::from(
         String::from_utf8(
             s.dirlock(&["path", "--app", "apnea", "--repository", r])
@@ -517,7 +521,14 @@ fn exclusion_holds_across_both_with_killed_wrappers() {
                 while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                     let mut child = ChildGuard::spawn(
                         Command::new(BIN)
-                            .args(["run", "-q", "--wait", "--app", "apnea", "--repository"])
+                            .args([
+                                "run",
+                                "-q",
+                                "--wait-forever",
+                                "--app",
+                                "apnea",
+                                "--repository",
+                            ])
                             .arg(&home_s)
                             .args(["--", "sh"])
                             .arg(&script)

@@ -13,8 +13,10 @@ mod common;
 
 mod chaos;
 mod cli;
+mod doctor;
 mod environment;
 mod faults;
+mod habits;
 mod hardening;
 mod interop;
 mod names;

@@ -44,6 +44,20 @@ fn the_app_namespace_is_the_reference_layout_and_uses_the_real_path() {
         want,
         "symlinked roots share the lock"
     );
+    // `path` made nothing; the first acquisition makes the namespace, private.
+    assert!(!temp.join(format!("apnea-{uid}")).exists());
+    let out = Command::new(BIN)
+        .args(["run", "--app", "apnea", "--repository"])
+        .arg(&repo)
+        .arg("true")
+        .env("TMPDIR", &temp)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(mode(&temp.join(format!("apnea-{uid}"))), 0o700);
     assert_eq!(
         mode(&temp.join(format!("apnea-{uid}/operation-locks"))),

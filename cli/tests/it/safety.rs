@@ -62,7 +62,10 @@ fn an_unprivileged_user_refuses_a_base_directory_planted_by_another_user() {
     let planted = tmp.path().join("app-4242");
     std::fs::create_dir(&planted).unwrap();
     std::fs::set_permissions(&planted, PermissionsExt::from_mode(0o777)).unwrap();
-    let out = as_user(tmp.path(), &["path", "--app", "app", "--lock", "x.lock"]);
+    let out = as_user(
+        tmp.path(),
+        &["run", "--app", "app", "--lock", "x.lock", "true"],
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -88,7 +91,10 @@ fn an_unprivileged_user_gets_a_clear_permission_error() {
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
     // 4242 cannot create its base directory in a directory it may not write.
-    let out = as_user(tmp.path(), &["path", "--app", "app", "--lock", "x.lock"]);
+    let out = as_user(
+        tmp.path(),
+        &["run", "--app", "app", "--lock", "x.lock", "true"],
+    );
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -5,6 +5,38 @@ use super::{cstr, no_exclusive_rename, owned, read_small, retry};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
+/// The filesystem `dir` is on, from `/proc/self/mountinfo`: the mount whose device is the
+/// directory's (`major:minor`, as `st_dev` gives it), its type (`ext4`, `fuse.bindfs`, `nfs4`)
+/// and its superblock options (`local_lock=flock` on a per-client NFS mount).
+pub(super) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
+    // SAFETY: all-zero is a valid `stat`, which fstat overwrites; `dir` is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is an open descriptor and `st` is writable.
+    if unsafe { libc::fstat(dir.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    let device = format!("{}:{}", libc::major(st.st_dev), libc::minor(st.st_dev));
+    let file = std::fs::File::open("/proc/self/mountinfo").ok()?;
+    let table = super::read_to_limit(file, 1 << 24).ok()?;
+    mount_of(&String::from_utf8_lossy(&table), &device)
+}
+
+/// The type and superblock options of the last mount of `device` in a mountinfo table (the
+/// last is the one on top).
+fn mount_of(table: &str, device: &str) -> Option<(String, String)> {
+    table
+        .lines()
+        .filter(|line| line.split(' ').nth(2) == Some(device))
+        .filter_map(|line| {
+            let (_, after) = line.split_once(" - ")?;
+            let mut fields = after.split(' ');
+            let kind = fields.next()?.to_owned();
+            let _source = fields.next();
+            Some((kind, fields.next().unwrap_or("").to_owned()))
+        })
+        .next_back()
+}
+
 /// `renameat2(RENAME_NOREPLACE)`; [`io::ErrorKind::Unsupported`] where the kernel or the
 /// filesystem does not know the flag (asked again next time: another filesystem may know it).
 pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
@@ -422,5 +454,34 @@ mod tests {
         let line = "4242 (we ird) (x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
         assert_eq!(super::parse_start_time(line), Some(987654));
         assert_eq!(super::parse_start_time("garbage"), None);
+    }
+}
+
+#[cfg(test)]
+mod filesystem_tests {
+    use super::*;
+
+    #[test]
+    fn the_mount_of_a_device_is_found_by_its_number() {
+        let table = "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard\n\
+            60 27 0:52 / /mnt/x rw,nosuid - fuse.bindfs /src rw,user_id=0\n\
+            61 27 0:53 / /mnt/n rw - nfs4 srv:/e rw,vers=4.2,local_lock=flock\n\
+            62 27 0:52 / /mnt/y rw - fuse.bindfs /src2 rw,user_id=1\n";
+        assert_eq!(
+            mount_of(table, "254:0"),
+            Some(("ext4".into(), "rw,discard".into()))
+        );
+        assert_eq!(
+            mount_of(table, "0:52"),
+            Some(("fuse.bindfs".into(), "rw,user_id=1".into()))
+        );
+        assert_eq!(
+            mount_of(table, "0:53").unwrap().1,
+            "rw,vers=4.2,local_lock=flock"
+        );
+        assert_eq!(mount_of(table, "9:9"), None);
+        let dir = std::fs::File::open("/proc").unwrap();
+        let fd: OwnedFd = dir.into();
+        assert_eq!(filesystem(&fd).map(|f| f.0).as_deref(), Some("proc"));
     }
 }

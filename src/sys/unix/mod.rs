@@ -516,6 +516,12 @@ pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
 /// `f`) and says whether the child finished within `limit`: a child that did not (it waits
 /// for a lock a thread of this process held at the fork) is killed. For the tests of what a
 /// forked child may touch.
+/// The filesystem `dir` is on: its type (`ext4`, `fuse.bindfs`, `nfs4`, `apfs`) and, where
+/// the platform tells them, its mount options.
+pub(crate) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
+    platform::filesystem(dir)
+}
+
 #[cfg(test)]
 pub(crate) fn finishes_in_a_fork(limit: Duration, f: impl FnOnce()) -> bool {
     // SAFETY: the child runs only `f`, which tests make of drops and lock-free calls, and

@@ -58,3 +58,8 @@ impl Watch {
         match *self {}
     }
 }
+
+/// Not told on this platform.
+pub(super) fn filesystem(_dir: &OwnedFd) -> Option<(String, String)> {
+    None
+}

@@ -98,6 +98,32 @@ pub struct Dir {
     lock: Mutex<Option<Handle>>,
 }
 
+/// The filesystem `dir` is on: the volume's file system name (`NTFS`, `ReFS`, `FAT32`), and
+/// no options.
+pub(crate) fn filesystem(dir: &Dir) -> Option<(String, String)> {
+    use windows_sys::Win32::Storage::FileSystem::GetVolumeInformationByHandleW;
+    let mut name = [0u16; 64];
+    // SAFETY: the handle is open; `name` is writable for the length given; every other out
+    // pointer may be null.
+    let ok = unsafe {
+        GetVolumeInformationByHandleW(
+            dir.handle.0,
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            name.as_mut_ptr(),
+            name.len() as u32,
+        )
+    };
+    if ok == 0 {
+        return None;
+    }
+    let len = name.iter().position(|c| *c == 0).unwrap_or(name.len());
+    Some((String::from_utf16_lossy(&name[..len]), String::new()))
+}
+
 fn wide(path: &Path) -> Vec<u16> {
     path.as_os_str().encode_wide().chain(Some(0)).collect()
 }

@@ -35,9 +35,14 @@ pub struct Diagnosis {
     /// `nfs4`, `apfs`, `NTFS`).
     pub filesystem: Option<String>,
     /// Only you (or root) can write the directory, so no one else can replace or remove a
-    /// lock in it. Where this is lost, the directory cannot host locks: [`crate::Locks`]
-    /// refuses it.
+    /// lock in it; or only a group you are in (see `shared_with`). Where this is lost, the
+    /// directory cannot host locks: [`crate::Locks`] refuses it.
     pub private: Finding,
+    /// The group that shares the directory ([`crate::Locks::shared_with`]).
+    pub shared_with: Option<u32>,
+    /// You can make what a lock needs in it. Lost (a read-only filesystem, a directory you may
+    /// not write), no lock can be taken there.
+    pub writable: Finding,
     /// Renames that never replace what is there: a lock is published only where there is
     /// none. Lost (on some FUSE filesystems), the protocol renames plainly and checks what it
     /// renamed: safe, but an empty directory someone else puts at a lock's path is replaced.
@@ -58,6 +63,7 @@ impl Diagnosis {
     pub fn all_hold(&self) -> bool {
         [
             &self.private,
+            &self.writable,
             &self.exclusive_rename,
             &self.kernel_proof,
             &self.local,
@@ -111,8 +117,12 @@ pub fn diagnose(dir: impl AsRef<Path>) -> Result<Diagnosis, Error> {
         .open_dir_path(&path)
         .map_err(|e| Error::io("open the directory", &path, e))?;
     let fs = crate::sys::filesystem(&at);
+    let mut shared_with = None;
     let private = match crate::Locks::in_dir(&path) {
-        Ok(_) => Finding::Holds,
+        Ok(locks) => {
+            shared_with = locks.shared_with();
+            Finding::Holds
+        }
         Err(Error::Unsafe { problem, path, .. }) => {
             Finding::Lost(format!("{}: {problem}", crate::text::path(&path)))
         }
@@ -135,24 +145,61 @@ pub fn diagnose(dir: impl AsRef<Path>) -> Result<Diagnosis, Error> {
         Some(_) => Finding::Holds,
         None => Finding::Untold("this system does not tell the filesystem".into()),
     };
-    let (exclusive_rename, kernel_proof) = try_guarantees(&sys, &at);
+    remove_old_probes(&sys, &at);
+    let (writable, exclusive_rename, kernel_proof) = try_guarantees(&sys, &at);
     Ok(Diagnosis {
         path,
         filesystem: fs.map(|f| f.0),
         private,
+        shared_with,
+        writable,
         exclusive_rename,
         kernel_proof,
         local,
     })
 }
 
-/// Tries the no-replace rename and `flock` in a private directory made in `at`, and removes
-/// it (also when a try fails).
-fn try_guarantees(sys: &Real, at: &<Real as System>::Dir) -> (Finding, Finding) {
-    let probe = format!(".dirlock-doctor.{}", sys.token());
+/// The prefix of the probe directories [`diagnose`] makes.
+const PROBE: &str = ".dirlock-doctor.";
+
+/// Removes the probes of examinations that were killed (a signal, a hung network filesystem
+/// given up on) at least a minute ago: only `diagnose` makes them, and it removes its own.
+fn remove_old_probes(sys: &Real, at: &<Real as System>::Dir) {
+    let Ok(names) = sys.list(at) else {
+        return;
+    };
+    for name in names.iter().filter(|n| n.starts_with(PROBE)) {
+        let old = sys.meta_at(at, name).is_ok_and(|m| {
+            std::time::SystemTime::now()
+                .duration_since(m.mtime)
+                .is_ok_and(|age| age > std::time::Duration::from_secs(60))
+        });
+        if old {
+            remove_probe(sys, at, name);
+        }
+    }
+}
+
+fn remove_probe(sys: &Real, at: &<Real as System>::Dir, probe: &str) {
+    if let Ok(dir) = sys.open_dir_at(at, probe) {
+        for name in ["a", "b", "c"] {
+            let _ = sys.remove_dir_at(&dir, name);
+        }
+    }
+    let _ = sys.remove_dir_at(at, probe);
+}
+
+/// Makes a private directory in `at` (whether that can be done is the first finding), tries
+/// the no-replace rename and `flock` in it, and removes it (also when a try fails).
+fn try_guarantees(sys: &Real, at: &<Real as System>::Dir) -> (Finding, Finding, Finding) {
+    let probe = format!("{PROBE}{}", sys.token());
     if let Err(e) = sys.mkdir_at(at, &probe) {
-        let why = format!("it cannot be tried without writing the directory ({e})");
-        return (Finding::Untold(why.clone()), Finding::Untold(why));
+        let why = "it cannot be tried where nothing can be made".to_owned();
+        return (
+            Finding::Lost(format!("nothing can be made in it ({e})")),
+            Finding::Untold(why.clone()),
+            Finding::Untold(why),
+        );
     }
     let found = (|| {
         let dir = sys.open_dir_at(at, &probe)?;
@@ -178,16 +225,12 @@ fn try_guarantees(sys: &Real, at: &<Real as System>::Dir) -> (Finding, Finding) 
         let _ = sys.unlock(&one);
         Ok::<_, std::io::Error>((rename, proof))
     })();
-    for name in ["a", "b", "c"] {
-        if let Ok(dir) = sys.open_dir_at(at, &probe) {
-            let _ = sys.remove_dir_at(&dir, name);
-        }
-    }
-    let _ = sys.remove_dir_at(at, &probe);
-    found.unwrap_or_else(|e| {
+    remove_probe(sys, at, &probe);
+    let (rename, proof) = found.unwrap_or_else(|e| {
         let why = format!("it cannot be tried here ({e})");
         (Finding::Untold(why.clone()), Finding::Untold(why))
-    })
+    });
+    (Finding::Holds, rename, proof)
 }
 
 /// What two exclusive `flock`s through two opens of one directory say: the second must be

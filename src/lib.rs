@@ -47,7 +47,8 @@
 //! Locks live in a lock directory ([`Locks`]): [`Locks::new`] for an application's per-user
 //! namespace under the temporary directory (`Locks::new("apnea")` shares the locks of the
 //! TypeScript tool this protocol comes from), [`Locks::in_dir`] for a directory of your own
-//! that only you can write. A lock is for a repository ([`Locks::repository_lock`]), an
+//! that only you can write, or one a group shares (mode 2770, setgid: its members take over
+//! each other's dead locks). A lock is for a repository ([`Locks::repository_lock`]), an
 //! account's setup ([`Locks::global_setup_lock`]), a file or directory
 //! ([`Locks::path_lock`]) or a name ([`Locks::named_lock`]).
 //!

@@ -8,6 +8,7 @@ use crate::paths::{self, LOCK_DIR};
 use crate::space::Space;
 use crate::sys::{is, Errno, FileId, PerProcess, Real, RealDir, System};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 /// Refuses a directory that someone else could rename away, with whatever is inside it (our
@@ -69,7 +70,12 @@ pub(crate) struct LockDir {
     /// The open directory and its identity (`None`: to be opened, as in a forked child).
     dir: PerProcess<Option<Opened>>,
     pub(crate) uid: u32,
+    /// The group that shares the directory, as last opened ([`NOT_SHARED`]: none).
+    shared: AtomicU32,
 }
+
+/// [`LockDir::shared`] when no group shares the directory (no group has this id).
+const NOT_SHARED: u32 = u32::MAX;
 
 type Opened = (Arc<RealDir>, FileId);
 
@@ -114,7 +120,8 @@ enum Role {
 const USE_A_PRIVATE_ONE: &str = "a lock directory must be one that only you can write (others may read it): use your own lock namespace under the temporary directory, or a directory only you can write (a missing one is made with mode 700)";
 
 /// Creates (mode exactly 0700) or opens the private directory `name` in `parent`.
-/// Without `create`, a missing one is `None`.
+/// Without `create`, a missing one is `None`. With it, the group that shares it (see
+/// [`shared_group`]), if any.
 fn open_private(
     parent: &RealDir,
     parent_path: &Path,
@@ -122,7 +129,7 @@ fn open_private(
     uid: u32,
     role: Role,
     create: bool,
-) -> Result<Option<RealDir>, Error> {
+) -> Result<Option<(RealDir, Option<u32>)>, Error> {
     let sys = Real;
     let path = parent_path.join(name);
     let created = create
@@ -151,7 +158,11 @@ fn open_private(
     let meta = sys
         .meta(&dir)
         .map_err(|e| Error::io("inspect the lock directory", &path, e))?;
-    if meta.uid != uid {
+    let shared = match role {
+        Role::Chosen if !created => shared_group(&dir, &meta, uid, &path)?,
+        _ => None,
+    };
+    if meta.uid != uid && !(shared.is_some() && meta.uid == 0) {
         let fix = match role {
             Role::Namespace => format!(
                 "another user made your lock namespace and may be trying to intercept your locks: have an administrator remove it, or point {} at a directory only you can write",
@@ -178,8 +189,8 @@ fn open_private(
         Role::Namespace => meta.mode & 0o777 != 0o700,
         // A directory the caller chose (a project's, mode 755) may be read by others, as
         // OpenSSH's StrictModes allows: only writing it lets others replace or remove a lock,
-        // and each lock inside is private.
-        Role::Chosen => meta.mode & 0o022 != 0,
+        // and each lock inside is private. A group's (above) its members may write.
+        Role::Chosen => meta.mode & 0o002 != 0 || (meta.mode & 0o020 != 0 && shared.is_none()),
     } {
         // Only our own namespace (named after our uid, made by us) may be made private again.
         // A directory the caller named may be anything (/usr, a project, /var/lib) and others
@@ -215,7 +226,49 @@ fn open_private(
             path,
         });
     }
-    Ok(Some(dir))
+    Ok(Some((dir, shared)))
+}
+
+/// The group that shares lock directory `dir`, when it is one a group may write: it must be
+/// setgid (what members make in it stays the group's), without the sticky bit (which would
+/// keep members from taking over each other's dead locks), owned by root or this user, and
+/// this process must be in its group. `Ok(None)` for a directory its group may not write; a
+/// refusal naming what is missing otherwise.
+fn shared_group(
+    dir: &RealDir,
+    meta: &crate::sys::Meta,
+    uid: u32,
+    path: &Path,
+) -> Result<Option<u32>, Error> {
+    if meta.mode & 0o020 == 0 || meta.mode & 0o002 != 0 || cfg!(windows) {
+        return Ok(None);
+    }
+    let Some(gid) = crate::sys::group_of(dir) else {
+        return Ok(None);
+    };
+    let missing = if meta.mode & 0o2000 == 0 {
+        Some("it is not setgid, so what one member makes in it would not be the group's")
+    } else if meta.mode & 0o1000 != 0 {
+        Some("it has the sticky bit, so members could not take over each other's dead locks")
+    } else if meta.uid != uid && meta.uid != 0 {
+        Some("it is owned by another user, who could change who may write it")
+    } else if !crate::sys::in_group(gid) {
+        Some("you are not in its group")
+    } else {
+        None
+    };
+    match missing {
+        None => Ok(Some(gid)),
+        Some(why) => Err(Error::Unsafe {
+            path: path.to_owned(),
+            problem: format!(
+                "it has mode {:o}: its group ({}) may write it, but {why}",
+                meta.mode & 0o7777,
+                crate::sys::group_words(gid)
+            ),
+            fix: "a lock directory a group shares must be setgid, without the sticky bit, owned by root or you, and you in its group (as `install -d -m 2770 -g GROUP DIR` makes it as root); or use a directory only you can write".into(),
+        }),
+    }
 }
 
 /// The path of the lock directory `origin` names.
@@ -228,7 +281,11 @@ fn path_of(origin: &Origin, uid: u32) -> PathBuf {
 
 /// Opens the lock directory `origin` names, made (with the base directory of a namespace) if
 /// missing and `create`; `None` when it is missing and not to be made.
-fn open_origin(origin: &Origin, uid: u32, create: bool) -> Result<Option<RealDir>, Error> {
+fn open_origin(
+    origin: &Origin,
+    uid: u32,
+    create: bool,
+) -> Result<Option<(RealDir, Option<u32>)>, Error> {
     match origin {
         Origin::App { temp, app } => {
             check_ancestors(
@@ -240,7 +297,8 @@ fn open_origin(origin: &Origin, uid: u32, create: bool) -> Result<Option<RealDir
                 .open_dir_path(temp)
                 .map_err(|e| Error::io("open the temporary directory", temp, e))?;
             let base_name = paths::base_name(app, uid);
-            let Some(base) = open_private(&tmp, temp, &base_name, uid, Role::Namespace, create)?
+            let Some((base, _)) =
+                open_private(&tmp, temp, &base_name, uid, Role::Namespace, create)?
             else {
                 return Ok(None);
             };
@@ -287,8 +345,12 @@ impl LockDir {
     pub(crate) fn open(origin: Origin) -> Result<LockDir, Error> {
         let uid = Real.identity().uid;
         let path = path_of(&origin, uid);
+        let shared = AtomicU32::new(NOT_SHARED);
         let opened = match open_origin(&origin, uid, false)? {
-            Some(dir) => Some(identified(dir, &path)?),
+            Some((dir, group)) => {
+                shared.store(group.unwrap_or(NOT_SHARED), Ordering::Relaxed);
+                Some(identified(dir, &path)?)
+            }
             None => None,
         };
         Ok(LockDir {
@@ -296,6 +358,7 @@ impl LockDir {
             origin,
             dir: PerProcess::with(opened, unopened),
             uid,
+            shared,
         })
     }
 
@@ -303,8 +366,13 @@ impl LockDir {
     /// temp cleaner may remove an empty directory; a lock in a removed directory would exclude
     /// no one), and opened anew in a forked child.
     pub(crate) fn current(&self) -> Result<Opened, Error> {
-        self.opened(true)
-            .map(|d| d.expect("a directory opened with create"))
+        self.opened(true)?.ok_or_else(|| {
+            Error::io(
+                "open the lock directory",
+                &self.path,
+                std::io::ErrorKind::NotFound.into(),
+            )
+        })
     }
 
     /// The open lock directory if it exists (inspecting and sweeping make nothing).
@@ -317,12 +385,19 @@ impl LockDir {
         if let Some((dir, id)) = slot.as_ref().filter(|(d, _)| !Real.unlinked(d)) {
             return Ok(Some((dir.clone(), *id)));
         }
-        let Some(dir) = open_origin(&self.origin, self.uid, create)? else {
+        let Some((dir, group)) = open_origin(&self.origin, self.uid, create)? else {
             return Ok(None);
         };
+        self.shared
+            .store(group.unwrap_or(NOT_SHARED), Ordering::Relaxed);
         let opened = identified(dir, &self.path)?;
         *slot = Some(opened.clone());
         Ok(Some(opened))
+    }
+
+    /// The group that shares the directory, as it was last opened.
+    pub(crate) fn shared(&self) -> Option<u32> {
+        Some(self.shared.load(Ordering::Relaxed)).filter(|g| *g != NOT_SHARED)
     }
 
     /// The lock directory as the protocol sees it, through handle `dir`.
@@ -332,6 +407,7 @@ impl LockDir {
             dir,
             path: &self.path,
             uid: self.uid,
+            shared: self.shared(),
         }
     }
 }

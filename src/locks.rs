@@ -93,7 +93,11 @@ impl Locks {
     }
 
     /// A lock directory of your own at `path` (the first acquisition makes its last component,
-    /// mode 0700, if it is missing; its parent must exist).
+    /// mode 0700, if it is missing; its parent must exist). An existing one must be writable
+    /// by you alone (others may read it), or be one a group shares: mode 2770 (setgid, not
+    /// sticky), owned by root or you, and this process in its group. The members of that
+    /// group take, wait for and take over (once its holder has ended) each other's locks, and
+    /// what this process makes there is the group's to read ([`Locks::shared_with`]).
     ///
     /// # Errors
     ///
@@ -127,6 +131,13 @@ impl Locks {
         Ok(Locks {
             inner: Arc::new(LockDir::open(origin)?),
         })
+    }
+
+    /// The group that shares this lock directory (a directory of mode 2770, setgid, this
+    /// process in its group), whose members take, wait for and take over each other's locks
+    /// as their own; `None` for a directory private to this user.
+    pub fn shared_with(&self) -> Option<u32> {
+        self.inner.shared()
     }
 
     /// The lock directory's path.

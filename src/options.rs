@@ -11,6 +11,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);
 
 /// What to do when another process holds the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Wait {
     /// Fail at once with a contention error ([`crate::Error::Locked`] or
     /// [`crate::Error::Stale`]). The repository lock's default.

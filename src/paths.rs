@@ -177,6 +177,35 @@ pub fn global_setup_lock_name(home: &Path) -> String {
     hashed("global-setup", home)
 }
 
+/// The real path of `path`, which may not exist yet (a settings file about to be written): its
+/// own real path if it exists; else, where it is a symbolic link to what does not exist yet,
+/// its target's (followed link by link); else its parent's real path joined with its name.
+/// So a symlink to it, a `..` and a relative spelling name one lock, before the file is made
+/// and after.
+pub(crate) fn file_identity(path: &Path) -> std::io::Result<PathBuf> {
+    let mut path = std::path::absolute(path)?;
+    for _ in 0..40 {
+        match real_path(&path) {
+            Ok(real) => return Ok(real),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+            let target = std::fs::read_link(&path)?;
+            let parent = path.parent().unwrap_or(Path::new("/")).to_owned();
+            path = std::path::absolute(parent.join(target))?;
+            continue;
+        }
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(std::io::ErrorKind::NotFound.into());
+        };
+        return Ok(real_path(parent)?.join(name));
+    }
+    Err(std::io::Error::other(
+        "too many levels of symbolic links (more than 40)",
+    ))
+}
+
 /// The lock name of the file or directory whose real path is `real`
 /// ([`crate::Locks::path_lock`]): `path-` + hex(sha256(`"path\0"` + real path)) + `.lock`,
 /// shaped like the reference's names (which has no such lock).
@@ -289,7 +318,7 @@ pub(crate) fn check_lock_name(name: &str) -> Result<(), &'static str> {
     }
     if name.len() > 160 {
         return Err(
-            "it is longer than 160 bytes (the derived candidate and tombstone names must fit in 255)",
+            "it is longer than 160 bytes with .lock (the names dirlock makes beside it must fit in the filesystem's 255)",
         );
     }
     if name.starts_with('.') {
@@ -302,7 +331,7 @@ pub(crate) fn check_lock_name(name: &str) -> Result<(), &'static str> {
         return Err("it has a character other than ASCII letters, digits, '-', '_' and '.'");
     }
     if name.contains(CANDIDATE) || name.contains(TOMBSTONE) || name.contains(RECLAIM) {
-        return Err("it contains \".candidate.\", \".tombstone.\" or \".reclaim\", which the protocol reserves");
+        return Err("it contains \".candidate.\", \".tombstone.\" or \".reclaim\" (with .lock added), which dirlock uses for the names it makes beside a lock");
     }
     Ok(())
 }
@@ -344,6 +373,7 @@ pub(crate) fn guard_name(lock: &str) -> String {
 
 /// What an entry of a lock directory is, by its name.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Entry {
     /// A lock (`NAME`).
     Lock(String),

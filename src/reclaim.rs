@@ -140,6 +140,10 @@ fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S
         Err(e) if is(&e, Errno::Exists) => return Ok(None),
         Err(e) => return Err(Error::io("create the reclaim guard", sp.entry(gname), e)),
     };
+    if sp.shared.is_some() {
+        // The group's members must be able to open it (to lock it, and to see it busy).
+        let _ = sp.sys.set_mode(&guard, 0o640);
+    }
     if try_lock_past_peekers(sp, &guard, gname)? == Some(false) {
         return Ok(None);
     }
@@ -181,10 +185,13 @@ fn try_lock_past_peekers<S: System>(
 /// there already).
 fn mark<S: System>(sp: &Space<S>, guard: &S::Dir, at: &str) -> Result<(), Error> {
     let marker = format!("{{\"pid\":{}}}", sp.sys.pid());
-    match sp
-        .sys
-        .create_file_at(guard, GUARD_MARKER, marker.as_bytes(), false, false)
-    {
+    match sp.sys.create_file_at(
+        guard,
+        GUARD_MARKER,
+        marker.as_bytes(),
+        false,
+        sp.file_mode(false),
+    ) {
         Ok(()) => Ok(()),
         Err(e) if is(&e, Errno::Exists) => Ok(()),
         Err(e) => Err(Error::io(

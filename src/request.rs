@@ -154,7 +154,8 @@ impl LockRequest {
                 )
             }
             Target::Path(path) => {
-                let real = path_identity(path)?;
+                let real = paths::file_identity(path)
+                    .map_err(|e| Error::io("resolve the path", path, e))?;
                 (
                     paths::path_lock_name(&real),
                     format!("path {}", real.display()),
@@ -434,24 +435,4 @@ where
         error: Box::new(error),
         value: Box::new(value),
     })
-}
-
-/// The real path of `path`, which may not exist yet (a settings file about to be written): its
-/// own real path if it exists, else its parent's real path joined with its name. A symlink to
-/// it and a path with `..` name the same lock.
-fn path_identity(path: &Path) -> Result<PathBuf, Error> {
-    match crate::paths::real_path(path) {
-        Ok(real) => Ok(real),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let absolute =
-                std::path::absolute(path).map_err(|e| Error::io("resolve the path", path, e))?;
-            let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
-                return Err(Error::io("resolve the path", path, e));
-            };
-            let parent = crate::paths::real_path(parent)
-                .map_err(|e| Error::io("resolve the parent of the path", parent, e))?;
-            Ok(parent.join(name))
-        }
-        Err(e) => Err(Error::io("resolve the path", path, e)),
-    }
 }

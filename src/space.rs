@@ -24,6 +24,10 @@ pub(crate) struct Space<'a, S: System> {
     pub dir: &'a S::Dir,
     pub path: &'a Path,
     pub uid: u32,
+    /// The group that shares the lock directory (mode 2770, setgid, this process a member):
+    /// its members' locks are trusted as ours, and what we make is theirs to read, judge and
+    /// take over. `None` for a directory private to this user.
+    pub shared: Option<u32>,
 }
 
 /// What is at `NAME` right now (short-lived: its size does not matter).
@@ -58,6 +62,26 @@ pub(crate) enum Unreadable {
 }
 
 impl<S: System> Space<'_, S> {
+    /// The mode of a directory we make: private, or, in a group's directory, the group's too
+    /// (setgid kept, so that what is made inside is the group's).
+    pub fn dir_mode(&self) -> u32 {
+        if self.shared.is_some() {
+            0o2770
+        } else {
+            0o700
+        }
+    }
+
+    /// The mode to give a file we make: exactly 0600 where the umask took owner bits away
+    /// (`fix`), else as made; in a group's directory, always readable by the group.
+    pub fn file_mode(&self, fix: bool) -> Option<u32> {
+        if self.shared.is_some() {
+            Some(0o640)
+        } else {
+            fix.then_some(0o600)
+        }
+    }
+
     pub fn entry(&self, name: &str) -> PathBuf {
         self.path.join(name)
     }
@@ -71,6 +95,12 @@ impl<S: System> Space<'_, S> {
     /// directory, such as a Windows one under Wine, makes its locks readable by all); `what`
     /// names it in the problem. What this crate makes is private (0700, 0600) all the same.
     pub fn private_problem(&self, meta: &Meta, what: &str) -> Option<String> {
+        if self.shared.is_some() {
+            // In a directory only the group (and root) can write, a member's entry is as
+            // trusted as ours; one that anyone may write is not.
+            return (meta.mode & 0o002 != 0)
+                .then(|| format!("{what} has {}", crate::sys::mode_words(meta.mode)));
+        }
         if meta.uid != self.uid {
             return Some(format!(
                 "{what} is owned by {}, not {}",
@@ -289,9 +319,15 @@ pub(crate) struct Fresh<D> {
 /// Makes candidate directory `name` (a lock's, or a reclaim guard's being staged), opens it,
 /// gives it mode exactly 0700 and takes its exclusive `flock`. On failure it is removed.
 pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fresh<S::Dir>, Error> {
-    sp.sys
-        .mkdir_at(sp.dir, name)
-        .map_err(|e| sp.io("create the candidate directory", name, e))?;
+    sp.sys.mkdir_at(sp.dir, name).map_err(|e| {
+        // The first thing an acquisition makes: a read-only filesystem or a directory we may
+        // not write fails here, and the user reads of the lock they asked for.
+        let lock = match crate::paths::classify(name) {
+            crate::paths::Entry::Candidate { lock, .. } => lock,
+            _ => name.to_owned(),
+        };
+        sp.io("make the lock", &lock, e)
+    })?;
     let result = (|| {
         let dir = sp
             .sys
@@ -302,11 +338,12 @@ pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fre
             .meta(&dir)
             .map_err(|e| sp.io("inspect the candidate directory", name, e))?;
         // mkdir gave 0700 & ~umask. Only a umask that strips owner bits needs fixing, and then
-        // the record's 0600 does too (0700 & ~u == 0700 implies 0600 & ~u == 0600).
+        // the record's 0600 does too (0700 & ~u == 0700 implies 0600 & ~u == 0600). In a
+        // group's directory the group gets in, before the record is written.
         let umask_stripped = meta.mode & 0o777 != 0o700;
-        if umask_stripped {
+        if umask_stripped || sp.shared.is_some() {
             sp.sys
-                .set_mode(&dir, 0o700)
+                .set_mode(&dir, sp.dir_mode())
                 .map_err(|e| sp.io("set the mode of the candidate directory", name, e))?;
         }
         let flocked = lock_fresh(sp, &dir, name)?;

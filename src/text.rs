@@ -11,7 +11,7 @@ use std::path::Path;
 /// Whether `c` must not reach a terminal as itself.
 fn hazardous(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `s` with every hazardous character escaped as `\u{..}` (and `\` itself left alone: the
@@ -63,6 +63,8 @@ mod tests {
             "\\u{1b}[2J\\u{a}\\u{d}\\u{7}\\u{9b}\\u{7f}x"
         );
         assert_eq!(escape("a\u{202e}b"), "a\\u{202e}b");
+        // Line and paragraph separators end a line in some terminals and viewers.
+        assert_eq!(escape("a\u{2028}b\u{2029}"), "a\\u{2028}b\\u{2029}");
     }
 
     #[test]

@@ -47,8 +47,10 @@ pub(crate) enum Cmd {
         setpriv, a daemon dropping privileges) or runs a program that gains privileges \
         (set-user-ID or set-group-ID, or with file capabilities), which takes that \
         away: such a command runs on, holding the lock only through what it inherited (not \
-        at all with -o). The command inherits the lock (unless -o), so what it \
-        leaves running in the background keeps the lock held. It finds the lock named in \
+        at all with -o). The command inherits the lock (unless -o), so that, were \
+        `dirlock run` killed, what it left running in the background keeps the lock held until \
+        it ends; when the command exits, `dirlock run` releases the lock, whatever it left \
+        running (unlike flock(1)). It finds the lock named in \
         DIRLOCK_HELD, so that a nested `dirlock run` (or library call) for the same lock is \
         refused instead of waiting for its own parent."
     )]
@@ -84,6 +86,10 @@ pub(crate) enum Cmd {
         sel: Selector,
         #[command(flatten)]
         acq: Acquire,
+        /// The lock excludes every other holder: the only kind there is (flock's -x and -e,
+        /// accepted so that scripts written for it work).
+        #[arg(short = 'x', long, short_alias = 'e', help_heading = "Lock")]
+        exclusive: bool,
         /// Say nothing while waiting, nor when the lock is held (the exit status says it).
         #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
         quiet: bool,
@@ -109,9 +115,9 @@ pub(crate) enum Cmd {
         shell: Option<String>,
         #[cfg_attr(
             any(target_os = "linux", target_os = "freebsd"),
-            doc = "The command does not inherit the lock: what it leaves running in the \
-            background does not keep the lock held (without -o it would, never reclaimed, until \
-            it ends). Were `dirlock run` killed, the command dies with it, unless it changed its \
+            doc = "The command does not inherit the lock: were `dirlock run` killed, what \
+            the command left running in the background would not keep the lock held (without -o \
+            it does, until it ends). Were `dirlock run` killed, the command dies with it, unless it changed its \
             user or group (sudo, su, setpriv, a daemon) or ran a program that gains privileges \
             (set-user-ID or set-group-ID, or with file capabilities): such a \
             command runs on, and with -o nothing holds the lock while it does (the next \
@@ -138,12 +144,7 @@ pub(crate) enum Cmd {
         /// The command and its arguments (everything after the options; `--` before it works
         /// too). Without --lock, --repository or --global-setup, the first word is the lock's
         /// path, as flock(1) takes it: `dirlock run build.lock make` locks ./build.lock.
-        #[arg(
-            value_name = "CMD",
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            help_heading = "Command"
-        )]
+        #[arg(value_name = "CMD", trailing_var_arg = true, help_heading = "Command")]
         cmd: Vec<OsString>,
     },
     /// Say whether a lock is free, and who holds it since when.

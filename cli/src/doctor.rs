@@ -38,8 +38,10 @@ pub(crate) fn doctor(dir: Option<PathBuf>, json: bool) -> Result<ExitCode, Failu
     if not_yet {
         found.private = Finding::Holds;
     }
-    let lost_private = !found.private.holds();
-    let code = if lost_private {
+    // Locks cannot live where others may write or where nothing can be made.
+    let cannot_live =
+        matches!(found.private, Finding::Lost(_)) || matches!(found.writable, Finding::Lost(_));
+    let code = if cannot_live {
         1
     } else if found.all_hold() {
         0
@@ -58,8 +60,10 @@ pub(crate) fn doctor(dir: Option<PathBuf>, json: bool) -> Result<ExitCode, Failu
             "path": null,
             "exists": !not_yet,
             "filesystem": found.filesystem,
-            "usable": !lost_private,
+            "usable": !cannot_live,
+            "shared_with_gid": found.shared_with,
             "private": finding(&found.private),
+            "writable": finding(&found.writable),
             "exclusive_rename": finding(&found.exclusive_rename),
             "kernel_proof": finding(&found.kernel_proof),
             "local": finding(&found.local),
@@ -67,15 +71,15 @@ pub(crate) fn doctor(dir: Option<PathBuf>, json: bool) -> Result<ExitCode, Failu
         crate::status::json_path(&mut value, &dir);
         format!("{value}\n")
     } else {
-        describe(&dir, &found, not_yet)
+        describe(&dir, &found, not_yet, cannot_live)
     };
     emit(&text)?;
     Ok(ExitCode::from(code))
 }
 
-fn describe(dir: &std::path::Path, found: &Diagnosis, not_yet: bool) -> String {
+fn describe(dir: &std::path::Path, found: &Diagnosis, not_yet: bool, cannot_live: bool) -> String {
     let mut out = String::new();
-    let head = if !found.private.holds() {
+    let head = if cannot_live {
         "locks cannot live here"
     } else if found.all_hold() {
         "locks can live here, and every guarantee holds"
@@ -93,17 +97,33 @@ fn describe(dir: &std::path::Path, found: &Diagnosis, not_yet: bool) -> String {
     }
     let _ = writeln!(
         out,
-        "  filesystem:                   {}",
+        "  {:<29} {}",
+        "filesystem:",
         found
             .filesystem
             .as_deref()
             .map_or_else(|| "not told by this system".into(), escape)
     );
+    if let Some(gid) = found.shared_with {
+        let _ = writeln!(
+            out,
+            "  {:<29} group {gid}: its members take, wait for and take over each other's locks",
+            "shared with:"
+        );
+    }
     for (label, finding) in [
-        ("only you can write it:       ", &found.private),
-        ("renames never replace:       ", &found.exclusive_rename),
-        ("crashed holders seen at once:", &found.kernel_proof),
-        ("this machine's own:          ", &found.local),
+        (
+            if found.shared_with.is_some() {
+                "only the group can write it"
+            } else {
+                "only you can write it"
+            },
+            &found.private,
+        ),
+        ("you can make locks in it", &found.writable),
+        ("renames never replace", &found.exclusive_rename),
+        ("crashed holders seen at once", &found.kernel_proof),
+        ("this machine's own", &found.local),
     ] {
         let said = match finding {
             Finding::Holds => "yes".to_owned(),
@@ -111,7 +131,7 @@ fn describe(dir: &std::path::Path, found: &Diagnosis, not_yet: bool) -> String {
             Finding::Untold(why) => format!("cannot tell: {}", escape(why)),
             _ => "cannot tell".to_owned(),
         };
-        let _ = writeln!(out, "  {label} {said}");
+        let _ = writeln!(out, "  {:<29} {said}", format!("{label}:"));
     }
     out
 }

@@ -57,6 +57,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
         Cmd::Run {
             sel,
             acq,
+            exclusive: _,
             quiet,
             verbose,
             conflict_exit_code,
@@ -179,8 +180,8 @@ fn unlock(sel: &Selector, force: bool) -> Result<ExitCode, Failure> {
     let unlocked = req.unlock(force).map_err(|e| match &e {
         Error::Locked { .. } => Failure(
             format!(
-                "{}; `dirlock unlock` removes only a lock whose owner is dead",
-                e.facts()
+                "{}; `dirlock unlock` removes only a lock whose holder has ended",
+                say::held_words(&e).unwrap_or_else(|| e.facts())
             ),
             EX_TEMPFAIL,
         ),

@@ -29,28 +29,18 @@ impl From<Error> for Failure {
 /// flags and subcommands, where the library's own message names its API).
 pub(crate) fn explain(e: &Error) -> String {
     let head = match e {
-        Error::Locked {
-            judgement,
-            lock,
-            resource,
-            owner,
-            since,
-            ..
-        } => {
-            let head = format!(
-                "{} is held by {} since {}",
-                escape(resource),
-                held_by(owner, judgement.owner_exited),
-                when(*since)
-            );
-            if judgement.liveness == Liveness::Unknown {
-                format!(
-                    "{head}, which cannot be checked from here ({}): it is never taken over automatically; check that process where it ran, and once it is gone remove {} by hand",
-                    escape(&judgement.reason),
-                    shown(lock)
-                )
-            } else {
-                format!("{head}; retry when it finishes")
+        Error::Locked { .. } => {
+            let head = held_words(e).unwrap_or_default();
+            match e {
+                Error::Locked { judgement, lock, .. }
+                    if judgement.liveness == Liveness::Unknown =>
+                {
+                    format!(
+                        "{head}: it is never taken over automatically; check that process where it ran, and once it is gone remove {} by hand",
+                        shown(lock)
+                    )
+                }
+                _ => format!("{head}; retry when it finishes"),
             }
         }
         Error::Malformed { lock, .. } => format!(
@@ -86,6 +76,35 @@ pub(crate) fn emit(text: &str) -> Result<(), Failure> {
 /// A line on stderr; a stderr that cannot be written to is not worth failing over.
 pub(crate) fn say(line: &str) {
     let _ = writeln!(std::io::stderr(), "dirlock: {line}");
+}
+
+/// A held lock in words, with local times: what it is for, who holds it since when, and, for
+/// a holder that cannot be checked from here, why (`None` for other errors).
+pub(crate) fn held_words(e: &Error) -> Option<String> {
+    let Error::Locked {
+        judgement,
+        resource,
+        owner,
+        since,
+        ..
+    } = e
+    else {
+        return None;
+    };
+    let head = format!(
+        "{} is held by {} since {}",
+        escape(resource),
+        held_by(owner, judgement.owner_exited),
+        when(*since)
+    );
+    Some(if judgement.liveness == Liveness::Unknown {
+        format!(
+            "{head}, which cannot be checked from here ({})",
+            escape(&judgement.reason)
+        )
+    } else {
+        head
+    })
 }
 
 /// Who holds a lock, in words: its recorded owner, or, where that has exited and a process it

@@ -16,8 +16,39 @@ pub(crate) fn open(place: &Place) -> Result<Locks, Failure> {
         (_, Some(dir)) => own_dir(dir),
         (Some(app), None) => Ok(Locks::new(app)?),
         (None, None) => match std::env::var_os(DIRLOCK_DIR).filter(|d| !d.is_empty()) {
+            // Relative, it would name another directory in each working directory: a cron
+            // job and a shell would each take "the same" lock, and run at once.
+            Some(dir) if !Path::new(&dir).is_absolute() => Err(Failure(
+                format!(
+                    "{DIRLOCK_DIR} is a relative path ({}): it would name another lock directory in each working directory; set it to an absolute path",
+                    shown(Path::new(&dir))
+                ),
+                1,
+            )),
             Some(dir) => own_dir(Path::new(&dir)),
-            None => Ok(default_dir()?),
+            None => default_dir().map_err(|e| match e {
+                // Made by someone else (anyone may write /tmp): say how to go elsewhere.
+                Error::Unsafe { path, problem, .. } => Failure(
+                    format!(
+                        "refusing {}: {}; it is where your locks go by default, and someone else made it: set {DIRLOCK_DIR} to a directory only you can write (and have an administrator remove it)",
+                        shown(&path),
+                        escape(&problem)
+                    ),
+                    1,
+                ),
+                Error::Io { op, path, source }
+                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
+                {
+                    Failure(
+                        format!(
+                            "cannot {op} {}: {source}; it is where your locks go by default, and someone else made it: set {DIRLOCK_DIR} to a directory only you can write (and have an administrator remove it)",
+                            shown(&path)
+                        ),
+                        1,
+                    )
+                }
+                e => e.into(),
+            }),
         },
     }
 }
@@ -66,6 +97,12 @@ pub(crate) fn select(sel: &Selector) -> Result<LockRequest, Failure> {
                     return Err(usage(
                         "--lock DIR/NAME names its own directory: drop --app/--dir",
                     ));
+                }
+                if name.is_empty() {
+                    return Err(usage(&format!(
+                        "--lock {} names a directory: add the lock's name after the last /",
+                        escape(l)
+                    )));
                 }
                 let dir = Path::new(if dir.is_empty() { "/" } else { dir });
                 // As flock(1) makes no directory for its file: a mistyped DIR is an error,
@@ -150,12 +187,14 @@ pub(crate) fn run_target(
         });
         // `flock FILE -- CMD`: the `--` after the lock's path ends the options as it would
         // before it.
+        let dash_c = words.first().is_some_and(|w| w == "-c" || w == "--command");
         if words.first().is_some_and(|w| w == "--") {
             words.remove(0);
-        } else if shell.is_none()
-            && words.len() == 2
-            && (words[0] == "-c" || words[0] == "--command")
-        {
+        } else if dash_c && (shell.is_some() || words.len() != 2) {
+            return Err(usage(
+                "-c takes exactly one command string (quote it: -c 'make deploy')",
+            ));
+        } else if dash_c {
             shell = words.pop().and_then(|w| w.into_string().ok());
             if shell.is_none() {
                 return Err(usage("the -c command is not UTF-8"));

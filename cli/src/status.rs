@@ -212,9 +212,9 @@ pub(crate) fn describe(st: &Status, what: Option<&str>, verbose: bool) -> String
     if let Some(o) = &st.owner {
         let mut line = format!("pid {}, token {}", o.pid, escape(&o.token));
         line.push_str(match o.beacon {
-            Some(true) => ", holds a beacon",
-            Some(false) => ", no beacon (judged by pid)",
-            None => ", reference-format record (judged by pid)",
+            Some(true) => ", judged by its beacon",
+            Some(false) => ", no beacon (judged by its pid)",
+            None => ", reference-format record (judged by its pid)",
         });
         if let Some(w) = &o.writer {
             let _ = write!(line, ", written by {}", escape(w));

@@ -178,7 +178,7 @@ pub(super) fn write_record<S: System>(
     })?;
     let file = format!("{name}/{OWNER_FILE}");
     sp.sys
-        .create_file_at(dir, OWNER_FILE, &bytes, durable, fix_mode)
+        .create_file_at(dir, OWNER_FILE, &bytes, durable, sp.file_mode(fix_mode))
         .map_err(|e| sp.io("write the owner record", &file, e))?;
     if durable {
         sp.sys

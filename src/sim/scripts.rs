@@ -90,6 +90,7 @@ pub(crate) fn space<'a>(sys: &'a SimSys, dir: &'a SimDir) -> Space<'a, SimSys> {
         dir,
         path: Path::new("/sim"),
         uid: UID,
+        shared: None,
     }
 }
 

@@ -257,7 +257,7 @@ impl System for SimSys {
         name: &str,
         contents: &[u8],
         _sync: bool,
-        _exact_mode: bool,
+        _mode: Option<u32>,
     ) -> io::Result<()> {
         // Two steps, so that a crash can leave an empty file behind.
         let file = self.call(&format!("create {name}"), |st, slot| {

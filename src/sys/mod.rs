@@ -20,14 +20,14 @@ mod windows;
 
 pub(crate) use per_process::PerProcess;
 
-#[cfg(unix)]
-pub(crate) use unix::filesystem;
 #[cfg(all(unix, test))]
 pub(crate) use unix::finishes_in_a_fork;
 #[cfg(unix)]
 use unix::process_key;
 #[cfg(all(unix, feature = "tokio"))]
 pub(crate) use unix::{check_reactor, sleep_async};
+#[cfg(unix)]
+pub(crate) use unix::{filesystem, group_of, in_group};
 #[cfg(unix)]
 pub use unix::{CancelHandle, Real};
 #[cfg(windows)]
@@ -253,14 +253,15 @@ pub trait System: Clock {
         }
     }
     /// Creates file `name` in `at` with `O_CREAT | O_EXCL | O_NOFOLLOW` and mode 0600 (less
-    /// the umask; exactly 0600 if `exact_mode`), writes `contents` and, if `sync`, fsyncs it.
+    /// the umask; exactly `mode` where one is given, before anything is written), writes
+    /// `contents` and, if `sync`, fsyncs it.
     fn create_file_at(
         &self,
         at: &Self::Dir,
         name: &str,
         contents: &[u8],
         sync: bool,
-        exact_mode: bool,
+        mode: Option<u32>,
     ) -> io::Result<()>;
     /// Opens regular file `name` in `at` for its `flock` (`O_RDONLY | O_NOFOLLOW | O_NONBLOCK
     /// | O_CLOEXEC`), or, with `create`, makes it first, empty and mode exactly 0600, failing
@@ -338,6 +339,23 @@ pub trait System: Clock {
         timeout: Option<Duration>,
         cancel: Option<&CancelHandle>,
     ) -> io::Result<Wake>;
+}
+
+/// Windows has no group that shares a directory as Unix modes say it.
+#[cfg(windows)]
+pub(crate) fn group_of(_dir: &RealDir) -> Option<u32> {
+    None
+}
+
+/// See [`group_of`].
+#[cfg(windows)]
+pub(crate) fn in_group(_gid: u32) -> bool {
+    false
+}
+
+/// A group in words: `gid N`.
+pub fn group_words(gid: u32) -> String {
+    format!("gid {gid}")
 }
 
 /// A file's owner in the platform's words: `uid N` on Unix; on Windows, where the crate's

@@ -67,6 +67,16 @@ fn a_path_lock_is_one_lock_for_every_spelling_of_the_path() {
         );
         assert!(err.to_string().contains("settings.toml"), "{err}");
     }
+    // A symbolic link to it, dangling until the file is made (and a link to that link).
+    std::os::unix::fs::symlink("settings.toml", conf.join("link")).unwrap();
+    std::os::unix::fs::symlink(conf.join("link"), fx.tmp.path().join("link2")).unwrap();
+    for spelling in [conf.join("link"), fx.tmp.path().join("link2")] {
+        let err = fx.locks.path_lock(&spelling).acquire().unwrap_err();
+        assert!(
+            matches!(err, dirlock::Error::AlreadyHeld { .. }),
+            "{spelling:?}: {err}"
+        );
+    }
     // Made since: still the same lock.
     std::fs::write(&settings, "x").unwrap();
     assert!(matches!(

@@ -297,7 +297,7 @@ fn status_json_parses_back() {
     assert_eq!(v["path"], fx.dir().join("j.lock").to_str().unwrap());
     let text_out = text(&dirlock(fx.dir(), &["status", "-v", "--lock", "j.lock"]).stdout);
     assert!(
-        text_out.contains("state:      held") && text_out.contains("holds a beacon"),
+        text_out.contains("state:      held") && text_out.contains("judged by its beacon"),
         "{text_out}"
     );
     h.kill();
@@ -344,7 +344,7 @@ fn unlock_removes_only_the_dead() {
     );
     // The advice is this subcommand's: unlock has no --wait to offer.
     assert!(
-        err.contains("removes only a lock whose owner is dead"),
+        err.contains("removes only a lock whose holder has ended"),
         "{err}"
     );
     assert!(!err.contains("--wait"), "{err}");

@@ -60,6 +60,9 @@ held_named() { "$D" status -q --lock named; test $? = 75; }
 "$D" run --close build.lock echo close >> out
 "$D" run build.lock ls -d . >> out
 "$D" run build.lock sh -c 'exit 7'; echo "status=$?" >> out
+"$D" run build.lock -c 2>/dev/null; echo "c-alone=$?" >> out
+"$D" run build.lock -c 'echo no' extra 2>/dev/null; echo "c-extra=$?" >> out
+"$D" run -x build.lock echo x >> out
 "$D" run --lock named echo named >> out
 # Held: -n fails at once, -E chooses the status, -w gives up, and the default waits (for
 # a lock path and for a lock of your lock directory alike).
@@ -91,7 +94,7 @@ wait $holder; echo "holder=$?" >> out
     let out = std::fs::read_to_string(dir.join("out")).unwrap();
     assert_eq!(
         out,
-        "plain\ndashdash\nw\nwait\ntimeout\nshell\nshell-first\no\nclose\n.\nstatus=7\nnamed\n\
+        "plain\ndashdash\nw\nwait\ntimeout\nshell\nshell-first\no\nclose\n.\nstatus=7\nc-alone=64\nc-extra=64\nx\nnamed\n\
          n=75\nE=3\nw=75\nnamed-after-the-holder\nafter-the-holder\nholder=0\n"
     );
     // Nothing is left beside the work once every run has released.
@@ -131,8 +134,9 @@ fn durations_read_as_people_write_them() {
         );
         assert_eq!(o.status.code(), Some(64), "{d:?}");
         let err = text(&o.stderr);
+        // (`-1` reads as an option, refused as such.)
         assert!(
-            err.starts_with("dirlock: ") && err.contains("1h30m"),
+            err.starts_with("dirlock: ") && (err.contains("1h30m") || d == "-1"),
             "{d:?}: {err}"
         );
     }
@@ -202,6 +206,17 @@ fn the_lock_directory_does_not_move_with_tmpdir() {
     assert_eq!(
         path(&[("TMPDIR", &a), ("DIRLOCK_DIR", &pinned)], &[]),
         format!("{}/cron.lock\n", pinned.display())
+    );
+    // A relative DIRLOCK_DIR would name another directory in each working directory.
+    let o = dirlock(
+        &["path", "--lock", "cron"],
+        &[("DIRLOCK_DIR", Path::new("rel"))],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(
+        err.starts_with("dirlock: DIRLOCK_DIR is a relative path") && err.contains("absolute"),
+        "{err}"
     );
     assert_eq!(
         path(&[("TMPDIR", &a)], &["--app", "apnea"]),

@@ -400,7 +400,7 @@ mod tests {
         let parent = sys.open_dir_path(tmp.path()).unwrap();
         sys.mkdir_at(&parent, "l").unwrap();
         let lock = sys.open_dir_at(&parent, "l").unwrap();
-        sys.create_file_at(&lock, "owner.json", b"{}", false, false)
+        sys.create_file_at(&lock, "owner.json", b"{}", false, None)
             .unwrap();
         let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
         for _ in 0..5 {
@@ -428,7 +428,7 @@ mod tests {
         sys.mkdir_at(&parent, "l").unwrap();
         let lock = sys.open_dir_at(&parent, "l").unwrap();
         for f in ["a", "b"] {
-            sys.create_file_at(&lock, f, b"", false, false).unwrap();
+            sys.create_file_at(&lock, f, b"", false, None).unwrap();
         }
         let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
         // More events than the queue holds (16384 by default; alternate names: identical

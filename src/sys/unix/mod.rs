@@ -298,7 +298,7 @@ impl System for Real {
         name: &str,
         contents: &[u8],
         sync: bool,
-        exact_mode: bool,
+        mode: Option<u32>,
     ) -> io::Result<()> {
         // O_EXCL | O_NOFOLLOW: a new file, or an error.
         let fd = openat(
@@ -307,10 +307,10 @@ impl System for Real {
             libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )?;
         let mut file = std::fs::File::from(fd);
-        if exact_mode {
-            // The umask took bits away (even the owner's): set the mode exactly.
+        if let Some(mode) = mode {
+            // Exactly this mode, whatever the umask took away.
             use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         }
         std::io::Write::write_all(&mut file, contents)?;
         if sync {
@@ -516,6 +516,32 @@ pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
 /// `f`) and says whether the child finished within `limit`: a child that did not (it waits
 /// for a lock a thread of this process held at the fork) is killed. For the tests of what a
 /// forked child may touch.
+/// The group that owns directory `dir`.
+pub(crate) fn group_of(dir: &OwnedFd) -> Option<u32> {
+    // SAFETY: `stat` is plain old data; all-zero is a valid value that fstat overwrites.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is an open descriptor borrowed for the call; `st` is a valid out-pointer.
+    retry(|| unsafe { libc::fstat(dir.as_raw_fd(), &mut st) }).ok()?;
+    Some(st.st_gid)
+}
+
+/// Whether this process is in group `gid` (its effective group, or a supplementary one).
+pub(crate) fn in_group(gid: u32) -> bool {
+    // SAFETY: getegid takes nothing and cannot fail.
+    if unsafe { libc::getegid() } == gid {
+        return true;
+    }
+    // SAFETY: with a size of 0, getgroups only counts the groups.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let Ok(len) = usize::try_from(n) else {
+        return false;
+    };
+    let mut groups: Vec<libc::gid_t> = vec![0; len];
+    // SAFETY: `groups` is writable for `n` entries; getgroups writes at most that many.
+    let got = unsafe { libc::getgroups(n, groups.as_mut_ptr()) };
+    usize::try_from(got).is_ok_and(|got| groups[..got.min(len)].contains(&gid))
+}
+
 /// The filesystem `dir` is on: its type (`ext4`, `fuse.bindfs`, `nfs4`, `apfs`) and, where
 /// the platform tells them, its mount options.
 pub(crate) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {

@@ -572,7 +572,7 @@ impl System for Real {
         name: &str,
         contents: &[u8],
         sync: bool,
-        _exact_mode: bool,
+        _mode: Option<u32>,
     ) -> io::Result<()> {
         // The file inherits the private ACL of the directory it is made in.
         let h = open(

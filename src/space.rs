@@ -457,7 +457,10 @@ pub(crate) fn creator<S: System>(
         if judgement.liveness.is_dead() {
             Creator::Gone
         } else {
-            Creator::Alive(format!("its creator is {judgement}"))
+            Creator::Alive(format!(
+                "the run that made it may still be running ({})",
+                judgement.reason
+            ))
         }
     };
     match record {
@@ -466,11 +469,9 @@ pub(crate) fn creator<S: System>(
     }
     match sp.sys.try_lock(dir, false) {
         Ok(true) => Creator::Gone,
-        Ok(false) => {
-            Creator::Alive("its creator is alive (it holds the candidate's beacon)".into())
-        }
+        Ok(false) => Creator::Alive("the run that made it is still running".into()),
         // No flock here after all: judge by the record, if there is one yet.
         Err(e) if is(&e, Errno::LockUnsupported) => record.map_or(Creator::Gone, by_record),
-        Err(_) => Creator::Untold("its creator cannot be probed".into()),
+        Err(_) => Creator::Untold("whether the run that made it still runs cannot be told".into()),
     }
 }

@@ -81,7 +81,9 @@ fn sweep_candidate<S: System>(
     };
     let age = since(sp.sys, meta.mtime).unwrap_or_default();
     if age < grace {
-        return Swept::Kept("it is younger than the grace period (it may be being staged)".into());
+        return Swept::Kept(
+            "it is younger than the grace period (a run may be starting with it)".into(),
+        );
     }
     let Ok(dir) = sp.sys.open_dir_at(sp.dir, entry) else {
         return Swept::Kept("it cannot be opened".into());
@@ -92,7 +94,7 @@ fn sweep_candidate<S: System>(
         Creator::Alive(why) | Creator::Untold(why) => return Swept::Kept(why),
     }
     if record.is_none() && age < STAGING_FLOOR {
-        return Swept::Kept("it has no record yet (it may be being staged)".into());
+        return Swept::Kept("it has no record yet (a run may be starting with it)".into());
     }
     let tomb = tombstone_for(lock, token, || sp.sys.token());
     match sp.sys.rename_noreplace(sp.dir, entry, &tomb) {
@@ -101,10 +103,12 @@ fn sweep_candidate<S: System>(
             if remove_tree(sp.sys, sp.dir, &tomb) {
                 Swept::Removed
             } else {
-                Swept::Kept(format!("it was retired to {tomb} but could not be removed"))
+                Swept::Kept(format!(
+                    "it was set aside as {tomb} but could not be removed"
+                ))
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Swept::Untouched,
-        Err(e) => Swept::Kept(format!("it could not be retired: {e}")),
+        Err(e) => Swept::Kept(format!("it could not be set aside: {e}")),
     }
 }

@@ -190,6 +190,9 @@ pub(crate) enum Cmd {
         /// Leave what is younger than this (default 60s).
         #[arg(long, value_name = "DURATION", value_parser = duration)]
         grace: Option<Duration>,
+        /// Name each leftover removed or kept.
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// Tell whether a directory can host locks, and which guarantees it keeps.
     ///

@@ -94,7 +94,11 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
         Cmd::Completions { shell } => completions(shell),
         Cmd::Man { of } => man(of),
         Cmd::Unlock { sel, force } => unlock(&sel, force),
-        Cmd::Sweep { place, grace } => sweep(&place, grace),
+        Cmd::Sweep {
+            place,
+            grace,
+            verbose,
+        } => sweep(&place, grace, verbose),
         Cmd::Path { sel } => {
             let path = select(&sel)?.path()?;
             emit(&format!("{}\n", path.display()))?;
@@ -200,16 +204,44 @@ fn unlock(sel: &Selector, force: bool) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `dirlock sweep`: leftovers of dead processes removed.
-fn sweep(place: &Place, grace: Option<Duration>) -> Result<ExitCode, Failure> {
+/// `dirlock sweep`: what released locks and ended runs left, removed; counted per lock, or,
+/// with `verbose`, named.
+fn sweep(place: &Place, grace: Option<Duration>, verbose: bool) -> Result<ExitCode, Failure> {
     let locks = open(place)?;
     let report = locks.sweep(grace.unwrap_or(dirlock::DEFAULT_GRACE))?;
     let mut text = String::new();
-    for name in &report.removed {
-        let _ = writeln!(text, "removed {}", escape(name));
-    }
-    for (name, why) in &report.kept {
-        let _ = writeln!(text, "kept {}: {}", escape(name), escape(why));
+    if verbose {
+        for name in &report.removed {
+            let _ = writeln!(text, "removed {}", escape(name));
+        }
+        for (name, why) in &report.kept {
+            let _ = writeln!(text, "kept {}: {}", escape(name), escape(why));
+        }
+    } else {
+        let lock_of = |name: &str| match dirlock::paths::classify(name) {
+            dirlock::paths::Entry::Candidate { lock, .. }
+            | dirlock::paths::Entry::Tombstone { lock } => status::words_for(&lock),
+            _ => escape(name).into_owned(),
+        };
+        let mut removed: std::collections::BTreeMap<String, usize> = Default::default();
+        for name in &report.removed {
+            *removed.entry(lock_of(name)).or_default() += 1;
+        }
+        for (what, n) in removed {
+            let s = if n == 1 { "" } else { "s" };
+            let _ = writeln!(text, "removed {n} leftover{s} of {what}");
+        }
+        for (name, why) in &report.kept {
+            let _ = writeln!(
+                text,
+                "kept a leftover of {}: {}",
+                lock_of(name),
+                escape(why)
+            );
+        }
+        if report.removed.is_empty() && report.kept.is_empty() {
+            text.push_str("nothing to remove\n");
+        }
     }
     emit(&text)?;
     Ok(ExitCode::SUCCESS)

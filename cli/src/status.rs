@@ -131,7 +131,7 @@ pub(crate) fn to_json(st: &Status) -> Value {
 
 /// What a lock found in a listing is for, from its name alone: `named lock deploy`, or, for
 /// the hashed names of repository and setup locks, whose lock it is with the name.
-fn words_for(name: &str) -> String {
+pub(crate) fn words_for(name: &str) -> String {
     let hashed = |prefix: &str| {
         name.strip_prefix(prefix)
             .and_then(|r| r.strip_suffix(".lock"))

@@ -617,7 +617,7 @@ fn record_text_cannot_inject_into_a_terminal() {
 fn sweep_with_grace_zero_leaves_a_candidate_being_staged() {
     let fx = Fixture::new();
     let fresh = private_dir(&fx.dir().join("s.lock.candidate.staging"));
-    let o = out(dirlock_in(fx.dir(), &["sweep", "--grace", "0"]));
+    let o = out(dirlock_in(fx.dir(), &["sweep", "-v", "--grace", "0"]));
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(
         text(&o.stdout).contains("kept s.lock.candidate.staging: it has no record yet"),
@@ -625,7 +625,7 @@ fn sweep_with_grace_zero_leaves_a_candidate_being_staged() {
         text(&o.stdout)
     );
     set_age(&fresh, Duration::from_secs(11));
-    let o = out(dirlock_in(fx.dir(), &["sweep", "--grace", "0"]));
+    let o = out(dirlock_in(fx.dir(), &["sweep", "-v", "--grace", "0"]));
     assert!(
         text(&o.stdout).contains("removed s.lock.candidate.staging"),
         "{}",

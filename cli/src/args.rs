@@ -161,8 +161,8 @@ pub(crate) enum Cmd {
         /// Machine-readable output (schema: docs/command.md in the repository).
         #[arg(long)]
         json: bool,
-        /// Also the details: how the holder was judged, its record, and what acquisitions
-        /// and releases left beside the lock.
+        /// Also the details: why its holder counts as running or ended, its record, and what
+        /// acquisitions and releases left beside the lock.
         #[arg(short, long, conflicts_with_all = ["json", "quiet"])]
         verbose: bool,
         /// How old a lock whose holder seems dead must be before it is taken over (default

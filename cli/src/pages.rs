@@ -99,9 +99,23 @@ const MAN: &[Example] = &[
     ("dirlock man run > dirlock-run.1", ""),
 ];
 
-/// The examples of subcommand `name` (none for the top level).
+const TOP: &[Example] = &[
+    (
+        "dirlock run ./build.lock make",
+        "as flock ./build.lock make: waits for the lock",
+    ),
+    (
+        "dirlock run -n --lock nightly ./nightly.sh",
+        "fails at once (75) if still running",
+    ),
+    ("dirlock status --lock nightly", "who holds it, since when"),
+    ("dirlock doctor /srv/locks", "can locks live there?"),
+];
+
+/// The examples of subcommand `name` (`""`: the command's).
 fn examples(name: &str) -> &'static [Example] {
     match name {
+        "" => TOP,
         "run" => RUN,
         "status" => STATUS,
         "unlock" => UNLOCK,

@@ -343,7 +343,7 @@ fn sweep_judges_a_reference_candidate_by_its_pid() {
         report
             .kept
             .iter()
-            .any(|(n, why)| n == staging && why.contains("live")),
+            .any(|(n, why)| n == staging && why.contains("still be running")),
         "{report:?}"
     );
     assert!(report.removed.iter().any(|n| n == dead), "{report:?}");

@@ -233,7 +233,7 @@ fn the_references_holder_excludes_dirlock_which_reclaims_it_after_the_grace_peri
     let out = s.dirlock(&["run", "--app", "apnea", "--repository", r, "--", "true"]);
     assert_eq!(out.status.code(), Some(75), "{}", text(&out));
     assert!(text(&out).contains(&format!("pid {pid}")), "{}", text(&out));
-    let status = s.dirlock(&["status", "--app", "apnea", "--repository", r]);
+    let status = s.dirlock(&["status", "-v", "--app", "apnea", "--repository", r]);
     assert!(
         text(&status).contains("reference-format record"),
         "{}",

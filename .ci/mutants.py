@@ -114,7 +114,7 @@ MUTANTS = [
      'cli',
      'cli::a_nested_run_of_the_same_lock_is_told_its_parent_holds_it'),
     ('sweep-ignores-the-candidate-beacon', 'src/space.rs',
-     '        Ok(false) => {\n            Creator::Alive("its creator is alive (it holds the candidate\'s beacon)".into())\n        }',
+     '        Ok(false) => Creator::Alive("the run that made it is still running".into()),',
      '        Ok(false) => Creator::Gone,',
      'cli', 'cli::sweep_removes_only_what_it_may'),
     ("unlock-removes-the-living", 'src/reclaim.rs',

@@ -106,6 +106,8 @@ fn a_killed_test_binary_leaves_no_process() {
                 "--nocapture",
             ])
             .env(DIR, tmp.path())
+            // Its fixture inside ours: killed, it cannot remove it, and we do.
+            .env("TMPDIR", tmp.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );

@@ -112,22 +112,3 @@ pub(super) fn boot_id() -> Option<String> {
 pub(super) fn pid_namespace() -> Option<String> {
     None
 }
-
-/// The filesystem `dir` is on: `fstatfs`'s type name (`apfs`, `nfs`, `ufs`, `zfs`), and no
-/// options.
-pub(super) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: all-zero is a valid `statfs`, which fstatfs overwrites; `dir` is open.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `dir` is an open descriptor and `st` is writable.
-    if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut st) } != 0 {
-        return None;
-    }
-    let name: Vec<u8> = st
-        .f_fstypename
-        .iter()
-        .take_while(|c| **c != 0)
-        .map(|c| *c as u8)
-        .collect();
-    Some((String::from_utf8_lossy(&name).into_owned(), String::new()))
-}

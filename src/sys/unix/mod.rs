@@ -544,8 +544,28 @@ pub(crate) fn in_group(gid: u32) -> bool {
 
 /// The filesystem `dir` is on: its type (`ext4`, `fuse.bindfs`, `nfs4`, `apfs`) and, where
 /// the platform tells them, its mount options.
+#[cfg(not(any(target_os = "macos", target_os = "freebsd")))]
 pub(crate) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
     platform::filesystem(dir)
+}
+
+/// The filesystem `dir` is on, on the BSDs: `fstatfs`'s type name (`apfs`, `nfs`, `ufs`,
+/// `zfs`), and no options.
+#[cfg(any(target_os = "macos", target_os = "freebsd"))]
+pub(crate) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
+    // SAFETY: all-zero is a valid `statfs`, which fstatfs overwrites; `dir` is open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir` is an open descriptor and `st` is writable.
+    if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    let name: Vec<u8> = st
+        .f_fstypename
+        .iter()
+        .take_while(|c| **c != 0)
+        .map(|c| *c as u8)
+        .collect();
+    Some((String::from_utf8_lossy(&name).into_owned(), String::new()))
 }
 
 #[cfg(test)]

@@ -31,6 +31,31 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The UTC calendar date and clock time of `secs` seconds since the Unix epoch (negative
+/// before it): (year, month, day, hour, minute, second), without a date crate (Howard
+/// Hinnant's days-to-civil algorithm).
+pub fn civil_utc(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    // Each part is in its calendar range, so the narrowing never loses anything.
+    (
+        year,
+        month as u32,
+        day as u32,
+        (rem / 3600) as u32,
+        (rem / 60 % 60) as u32,
+        (rem % 60) as u32,
+    )
+}
+
 /// A path for a message: lossy where it is not UTF-8, escaped where it holds hazards.
 pub fn path(p: &Path) -> String {
     escape(&p.to_string_lossy()).into_owned()

@@ -224,26 +224,7 @@ pub fn shell(script: &str) -> std::process::Command {
 /// The time of `secs` since the epoch, in UTC (said so by [`ZONE`]): (year, month, day, hour,
 /// minute, second).
 pub fn local_time(secs: i64) -> Option<(i64, u32, u32, u32, u32, u32)> {
-    // Days to a civil date (Howard Hinnant's algorithm).
-    let days = secs.div_euclid(86_400);
-    let rest = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    Some((
-        year,
-        u32::try_from(month).ok()?,
-        u32::try_from(day).ok()?,
-        u32::try_from(rest / 3600).ok()?,
-        u32::try_from(rest % 3600 / 60).ok()?,
-        u32::try_from(rest % 60).ok()?,
-    ))
+    Some(dirlock::text::civil_utc(secs))
 }
 
 /// [`local_time`] gives UTC here.

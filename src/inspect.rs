@@ -39,6 +39,24 @@ pub struct Status {
     pub tombstones: Vec<Leftover>,
 }
 
+impl Status {
+    /// A lock with nothing at or beside it: free.
+    pub(crate) fn free(path: PathBuf, name: String) -> Status {
+        Status {
+            path,
+            name,
+            state: State::Free,
+            owner: None,
+            reason: None,
+            owner_exited: false,
+            since: None,
+            guard: GuardState::Absent,
+            candidates: Vec::new(),
+            tombstones: Vec::new(),
+        }
+    }
+}
+
 /// The state of a lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -161,18 +179,7 @@ pub(crate) fn status<S: System>(
     grace: Duration,
     related: &Related,
 ) -> Result<Status, Error> {
-    let mut st = Status {
-        path: sp.entry(name),
-        name: name.to_owned(),
-        state: State::Free,
-        owner: None,
-        reason: None,
-        owner_exited: false,
-        since: None,
-        guard: GuardState::Absent,
-        candidates: Vec::new(),
-        tombstones: Vec::new(),
-    };
+    let mut st = Status::free(sp.entry(name), name.to_owned());
     match sp.observe(name)? {
         Seen::Gone => {}
         Seen::Malformed(problem) => {

@@ -3,7 +3,7 @@
 use crate::error::Error;
 use crate::guard::LockGuard;
 use crate::held::{check_order, held_by_parent, Family, Who};
-use crate::inspect::{self, GuardState, State, Status};
+use crate::inspect::{self, Status};
 use crate::lockdir::LockDir;
 use crate::options::{Cancel, Options, Wait, Waiting};
 use crate::paths;
@@ -292,18 +292,7 @@ impl LockRequest {
         let (name, _, _) = self.resolve()?;
         let Some((dir, _)) = self.dir.existing()? else {
             // Nothing was ever locked in a directory that does not exist.
-            return Ok(Status {
-                path: self.dir.path.join(&name),
-                name,
-                state: State::Free,
-                owner: None,
-                reason: None,
-                owner_exited: false,
-                since: None,
-                guard: GuardState::Absent,
-                candidates: Vec::new(),
-                tombstones: Vec::new(),
-            });
+            return Ok(Status::free(self.dir.path.join(&name), name));
         };
         let entries = Real
             .list(&dir)

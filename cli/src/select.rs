@@ -2,7 +2,7 @@
 
 use crate::args::{Acquire, Place, Selector, EX_USAGE};
 use crate::run::Program;
-use crate::say::Failure;
+use crate::say::{explain, Failure};
 use dirlock::text::{escape, path as shown};
 use dirlock::{Error, LockRequest, Locks, Wait};
 use std::ffi::OsString;
@@ -26,28 +26,29 @@ pub(crate) fn open(place: &Place) -> Result<Locks, Failure> {
                 1,
             )),
             Some(dir) => own_dir(Path::new(&dir)),
-            None => default_dir().map_err(|e| match e {
+            None => default_dir().map_err(|e| {
                 // Made by someone else (anyone may write /tmp): say how to go elsewhere.
-                Error::Unsafe { path, problem, .. } => Failure(
+                let taken = match &e {
+                    Error::Unsafe { .. } => true,
+                    Error::Io { source, .. } => {
+                        source.kind() == std::io::ErrorKind::PermissionDenied
+                    }
+                    _ => false,
+                };
+                if !taken {
+                    return e.into();
+                }
+                Failure(
                     format!(
-                        "refusing {}: {}; it is where your locks go by default, and someone else made it: set {DIRLOCK_DIR} to a directory only you can write (and have an administrator remove it)",
-                        shown(&path),
-                        escape(&problem)
+                        "{}; it is where your locks go by default, and someone else made it: set {DIRLOCK_DIR} to a directory only you can write (and have an administrator remove it)",
+                        match &e {
+                            Error::Unsafe { path, problem, .. } =>
+                                format!("refusing {}: {}", shown(path), escape(problem)),
+                            e => explain(e),
+                        }
                     ),
                     1,
-                ),
-                Error::Io { op, path, source }
-                    if source.kind() == std::io::ErrorKind::PermissionDenied =>
-                {
-                    Failure(
-                        format!(
-                            "cannot {op} {}: {source}; it is where your locks go by default, and someone else made it: set {DIRLOCK_DIR} to a directory only you can write (and have an administrator remove it)",
-                            shown(&path)
-                        ),
-                        1,
-                    )
-                }
-                e => e.into(),
+                )
             }),
         },
     }

@@ -1,7 +1,9 @@
 //! The held lock: an RAII guard with an explicit, fallible [`LockGuard::release`].
 
+use crate::acquire::queue::Place;
+use crate::acquire::{Acquired, Acquisition};
 use crate::error::Error;
-use crate::held::{held_line, register, unregister, Family, Who, HELD_VAR};
+use crate::held::{held_line, register, unregister, HELD_VAR};
 use crate::lockdir::LockDir;
 use crate::owner::Owner;
 use crate::protocol::{self, Held};
@@ -27,26 +29,31 @@ pub struct LockGuard {
     resource: String,
     acquirer: u32,
     serial: u64,
-    /// An asynchronous acquisition's place at the head of this process's queue of tasks for
+    /// An asynchronous acquisition's place at the head of its runtime's queue of tasks for
     /// the lock: let go (to the next task) once the lock is released, when the guard goes.
-    #[cfg(feature = "tokio")]
-    pub(crate) turn: Option<crate::queue::Place>,
+    turn: Option<Place>,
 }
 
 impl LockGuard {
-    /// The guard of `held`, taken in `lock_dir` through handle `dir` (identity `dir_id`) by
-    /// `who`.
+    /// The guard of what `acquisition` won, registered as its acquirer's.
     pub(crate) fn new(
-        held: Held<Real>,
-        lock_dir: Arc<LockDir>,
-        dir: Arc<RealDir>,
-        dir_id: FileId,
-        resource: String,
-        family: Family,
-        who: Who,
+        acquisition: Acquisition<Real, Arc<LockDir>>,
+        won: Acquired<Real>,
     ) -> LockGuard {
+        let Acquisition {
+            site: lock_dir,
+            target,
+            who,
+            ..
+        } = acquisition;
+        let Acquired {
+            held,
+            dir,
+            dir_id,
+            turn,
+        } = won;
         let path = lock_dir.path.join(&held.name);
-        let serial = register(dir_id, &held.name, held.id, family, &path, who);
+        let serial = register(dir_id, &held.name, held.id, target.family, &path, who);
         LockGuard {
             acquirer: held.owner.pid,
             held: Some(held),
@@ -54,10 +61,9 @@ impl LockGuard {
             dir,
             dir_id,
             path,
-            resource,
+            resource: target.resource,
             serial,
-            #[cfg(feature = "tokio")]
-            turn: None,
+            turn,
         }
     }
 
@@ -193,7 +199,9 @@ impl LockGuard {
         };
         unregister(self.serial);
         let sp = self.lock_dir.space(&self.dir);
-        protocol::release(&sp, held, &self.resource, self.acquirer)
+        let released = protocol::release(&sp, held, &self.resource, self.acquirer);
+        drop(self.turn.take()); // the next task's turn, once the lock is free
+        released
     }
 }
 

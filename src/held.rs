@@ -15,6 +15,9 @@ pub(crate) enum Who {
     Thread(ThreadId),
     #[cfg(feature = "tokio")]
     Task(tokio::task::Id),
+    /// A simulated process's thread (task 0) or task, by slot and task.
+    #[cfg(any(test, fuzzing))]
+    Sim(usize, usize),
 }
 
 impl Who {

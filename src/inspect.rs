@@ -2,7 +2,7 @@
 
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
-use crate::options::since;
+use crate::options::{grace_left, since, Ages};
 use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, GUARD_MARKER};
 use crate::space::{creator, open_guard, Creator, Guard, Seen, Space};
@@ -37,12 +37,36 @@ pub struct Status {
     pub candidates: Vec<Leftover>,
     /// Tombstones of this lock (released or reclaimed, not yet reaped).
     pub tombstones: Vec<Leftover>,
+    /// The grace period it was judged with.
+    grace: Duration,
 }
 
 impl Status {
+    /// Whether an acquisition would take the lock now, without waiting: it is free, or its
+    /// owner is gone and its grace period over (at once when the kernel proves the owner
+    /// gone), and no other process is reclaiming it (a reclaim guard left by a crash of this
+    /// crate's is reused at once; another implementation's is respected for the grace
+    /// period). An acquisition judges by the same rules, so the two agree on one look at
+    /// an unchanging lock.
+    pub fn takeable(&self) -> bool {
+        let reclaimable = match &self.state {
+            State::Free => return true,
+            State::DeadByProof => true,
+            State::DeadByEvidence { remaining } => remaining.is_zero(),
+            State::Held | State::Unknown | State::Malformed { .. } => false,
+        };
+        reclaimable
+            && match &self.guard {
+                GuardState::Absent => true,
+                GuardState::Busy => false,
+                GuardState::Leftover { marked, age } => *marked || *age >= self.grace,
+            }
+    }
+
     /// A lock with nothing at or beside it: free.
-    pub(crate) fn free(path: PathBuf, name: String) -> Status {
+    pub(crate) fn free(path: PathBuf, name: String, grace: Duration) -> Status {
         Status {
+            grace,
             path,
             name,
             state: State::Free,
@@ -179,7 +203,7 @@ pub(crate) fn status<S: System>(
     grace: Duration,
     related: &Related,
 ) -> Result<Status, Error> {
-    let mut st = Status::free(sp.entry(name), name.to_owned());
+    let mut st = Status::free(sp.entry(name), name.to_owned(), grace);
     match sp.observe(name)? {
         Seen::Gone => {}
         Seen::Malformed(problem) => {
@@ -228,8 +252,10 @@ fn judged<S: System>(
                      it unchanged",
                 );
             }
+            // The age and the rule an acquisition's first look uses.
+            let (age, _) = Ages::default().age(sp.sys, meta.id, meta.mtime);
             State::DeadByEvidence {
-                remaining: grace.saturating_sub(since(sp.sys, meta.mtime).unwrap_or_default()),
+                remaining: grace_left(judgement.liveness, age, grace).unwrap_or_default(),
             }
         }
     };

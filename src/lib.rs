@@ -124,8 +124,7 @@
 //! The limits, the platforms and the evidence are in the repository's `docs/` directory.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(feature = "tokio")]
-mod asynchronous;
+mod acquire;
 mod doctor;
 mod error;
 mod guard;
@@ -138,8 +137,6 @@ mod options;
 mod owner;
 pub mod paths;
 mod protocol;
-#[cfg(feature = "tokio")]
-mod queue;
 mod reclaim;
 mod request;
 #[cfg(any(test, fuzzing))]

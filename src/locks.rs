@@ -8,6 +8,8 @@ use crate::paths;
 use crate::request::{LockRequest, Target};
 use crate::sweep::{self, Sweep};
 use crate::sys::{Real, System};
+#[cfg(feature = "tokio")]
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -295,6 +297,70 @@ impl Locks {
     {
         let root = root.as_ref();
         self.with_global_setup_lock(home, || self.with_repository_lock(root, f))
+    }
+}
+
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+impl Locks {
+    /// [`Locks::with_repository_lock`] for async code: waits without holding a thread (feature
+    /// `tokio`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub async fn with_repository_lock_async<T, E, F, Fut>(
+        &self,
+        root: impl AsRef<Path>,
+        f: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        self.repository_lock(root).run_async(f).await
+    }
+
+    /// [`Locks::with_global_setup_lock`] for async code: waits, without holding a thread,
+    /// while another process does setup (feature `tokio`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub async fn with_global_setup_lock_async<T, E, F, Fut>(
+        &self,
+        home: impl AsRef<Path>,
+        f: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        self.global_setup_lock(home).run_async(f).await
+    }
+
+    /// [`Locks::with_setup_locks`] for async code (feature `tokio`): the global setup lock
+    /// for `home` outermost (waiting), the repository lock for `root` inside it (failing fast).
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub async fn with_setup_locks_async<T, E, F, Fut>(
+        &self,
+        home: impl AsRef<Path>,
+        root: impl AsRef<Path>,
+        f: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        let root = root.as_ref();
+        self.with_global_setup_lock_async(home, || self.with_repository_lock_async(root, f))
+            .await
     }
 }
 

@@ -153,6 +153,23 @@ pub(crate) fn since<S: crate::sys::System>(
     sys.now().duration_since(mtime).ok()
 }
 
+/// The grace rule: how much longer the lock of an owner judged `liveness`, unchanged for
+/// `age`, is respected: `None` for a live owner, or one that cannot be judged from here (its
+/// lock is never reclaimed); zero once it may be reclaimed, which is at once for an owner the
+/// kernel proves gone, and once `grace` has passed for one gone by evidence only.
+pub(crate) fn grace_left(
+    liveness: crate::liveness::Liveness,
+    age: Duration,
+    grace: Duration,
+) -> Option<Duration> {
+    use crate::liveness::Liveness::*;
+    match liveness {
+        DeadByProof => Some(Duration::ZERO),
+        DeadByEvidence => Some(grace.saturating_sub(age)),
+        Live | Unknown => None,
+    }
+}
+
 /// How long things have sat unchanged, as this process observed them. A directory's age is
 /// the wall clock's `now - mtime`, but never less than how long this process has watched it
 /// unchanged on the monotonic clock: a modification time in the future (a clock set back, a

@@ -1,28 +1,20 @@
 //! [`LockRequest`], the builder of one acquisition (or status, or unlock) of one lock.
 
+use crate::acquire::{self, Acquisition, Blocking, Resolved};
 use crate::error::Error;
 use crate::guard::LockGuard;
-use crate::held::{check_order, held_by_parent, Family, Who};
+use crate::held::{Family, Who};
 use crate::inspect::{self, Status};
 use crate::lockdir::LockDir;
 use crate::options::{Cancel, Options, Wait, Waiting};
 use crate::paths;
-use crate::protocol::{self, Request};
 use crate::reclaim::{self, Unlocked};
-use crate::space::Seen;
-use crate::sys::{Clock, FileId, Real, System};
+use crate::sys::{Real, System};
+#[cfg(feature = "tokio")]
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A request's target, resolved: the lock's name and path, the resource it stands for, and its
-/// family (for the lock order).
-pub(crate) struct Resolved {
-    pub name: String,
-    pub path: PathBuf,
-    pub resource: String,
-    pub family: Family,
-}
 
 /// What a request is for.
 #[derive(Clone, Debug)]
@@ -201,7 +193,9 @@ impl LockRequest {
     /// it), [`Error::LockOrder`] (global setup after repository). Also [`Error::Malformed`],
     /// [`Error::Cancelled`], [`Error::Unsafe`], [`Error::InvalidInput`] and [`Error::Io`].
     pub fn acquire(self) -> Result<LockGuard, Error> {
-        self.acquire_as(Who::current())
+        let acquisition = self.acquisition(Who::current())?;
+        let acquired = acquire::now(acquisition.run(&Blocking))?;
+        Ok(LockGuard::new(acquisition, acquired))
     }
 
     /// What an acquisition takes: see [`Target`].
@@ -215,72 +209,11 @@ impl LockRequest {
         })
     }
 
-    /// [`LockRequest::acquire`] for `who` (this thread, or an asynchronous acquisition's task).
-    pub(crate) fn acquire_as(self, who: Who) -> Result<LockGuard, Error> {
-        let t = self.target()?;
-        let started = Real.monotonic();
-        let me = Real.identity();
-        let mut used = None;
-        let held = protocol::in_current_dir(
-            &Real,
-            || self.dir.current(),
-            |(dir, _)| dir,
-            |(dir, dir_id)| {
-                used = Some((dir.clone(), *dir_id));
-                self.refusals(dir, *dir_id, &t, who)?;
-                let req = Request {
-                    name: &t.name,
-                    resource: &t.resource,
-                    options: &self.options,
-                    started,
-                };
-                protocol::acquire(&self.dir.space(dir), &req, &me)
-            },
-        )?;
-        let (dir, dir_id) = used.expect("an acquisition ran in some directory");
-        Ok(LockGuard::new(
-            held, self.dir, dir, dir_id, t.resource, t.family, who,
-        ))
-    }
-
-    /// The refusals an acquisition by `who` of `t` in the lock directory `dir` checks before
-    /// it contends: the lock order, a lock `who` holds already, and a lock an ancestor runs us
-    /// under (waiting would wait for ourselves).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LockOrder`], [`Error::AlreadyHeld`], [`Error::HeldByParent`], or an error
-    /// observing the lock.
-    pub(crate) fn refusals(
-        &self,
-        dir: &<Real as System>::Dir,
-        dir_id: FileId,
-        t: &Resolved,
-        who: Who,
-    ) -> Result<(), Error> {
-        let (name, lock_path, resource) = (t.name.as_str(), t.path.as_path(), t.resource.as_str());
-        let found = || Real.meta_at(dir, name).ok().map(|m| m.id);
-        check_order(dir_id, name, found, t.family, lock_path, resource, who)?;
-        let parents = held_by_parent(dir_id, name);
-        if !parents.is_empty() {
-            // An ancestor said it runs us under this lock: if that very acquisition still
-            // holds it, waiting would wait for ourselves. (A line without a token, from a
-            // version before them, says only its pid.)
-            if let Seen::Owned { owner, .. } = self.dir.space(dir).observe(name)? {
-                let theirs = |(pid, token): &&(u32, Option<String>)| match token {
-                    Some(t) => *t == owner.token,
-                    None => *pid == owner.pid,
-                };
-                if let Some((pid, _)) = parents.iter().find(theirs) {
-                    return Err(Error::HeldByParent {
-                        lock: lock_path.to_owned(),
-                        resource: resource.to_owned(),
-                        pid: *pid,
-                    });
-                }
-            }
-        }
-        Ok(())
+    /// The acquisition of this request by `who` (this thread, or an asynchronous
+    /// acquisition's task), its clock started.
+    fn acquisition(self, who: Who) -> Result<Acquisition<Real, Arc<LockDir>>, Error> {
+        let target = self.target()?;
+        Ok(Acquisition::new(self.dir, target, self.options, who))
     }
 
     /// The lock's state, owner, guard and leftovers, without changing anything.
@@ -292,7 +225,11 @@ impl LockRequest {
         let (name, _, _) = self.resolve()?;
         let Some((dir, _)) = self.dir.existing()? else {
             // Nothing was ever locked in a directory that does not exist.
-            return Ok(Status::free(self.dir.path.join(&name), name));
+            return Ok(Status::free(
+                self.dir.path.join(&name),
+                name,
+                self.options.grace,
+            ));
         };
         let entries = Real
             .list(&dir)
@@ -324,21 +261,9 @@ impl LockRequest {
         if self.dir.existing()?.is_none() {
             return Ok(Unlocked::NotLocked);
         }
-        protocol::in_current_dir(
-            &Real,
-            || self.dir.current(),
-            |(dir, _)| dir,
-            |(dir, _)| {
-                reclaim::unlock(
-                    &self.dir.space(dir),
-                    &name,
-                    &resource,
-                    &me,
-                    self.options.grace,
-                    force,
-                )
-            },
-        )
+        acquire::in_current_dir(&self.dir, |sp| {
+            reclaim::unlock(sp, &name, &resource, &me, self.options.grace, force)
+        })
     }
 
     /// Takes the lock, runs `f` with its guard, and releases the lock (also when `f` panics):
@@ -387,6 +312,100 @@ impl LockRequest {
         let guard = self.acquire()?;
         let result = f();
         settle(guard, result, |error, _value| error)
+    }
+}
+
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+impl LockRequest {
+    /// Takes the lock without holding a thread while it waits (feature `tokio`). Waiting,
+    /// options, errors and refusals are those of [`LockRequest::acquire`]; the wait is in the
+    /// runtime's reactor, woken by the kernel as a blocking wait is. The refusals are per
+    /// task: a task that holds a lock and asks for it again is refused
+    /// ([`Error::AlreadyHeld`]), while other tasks of the process wait for it like other
+    /// processes. Futures joined in one task (`join!`, `select!`) are that task: one that asks
+    /// for a lock another of them holds or waits for is refused ([`Error::AlreadyHeld`]); to
+    /// have them wait for each other, spawn them as tasks.
+    ///
+    /// Timeouts and grace periods follow the real clock, also on a runtime whose clock is
+    /// paused (tokio's `test-util`).
+    ///
+    /// The tasks of this runtime waiting for the same lock are served in the order they
+    /// asked; see the [module docs](crate#asynchronous-acquisition).
+    ///
+    /// Dropping the future (a `select!`, a `tokio::time::timeout`) cancels the acquisition
+    /// and leaves nothing behind.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+    /// # let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    /// # rt.block_on(async {
+    /// let guard = locks.named_lock("deploy.lock").acquire_async().await?;
+    /// guard.release()?;
+    /// # Ok::<(), dirlock::Error>(())
+    /// # })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::acquire`]; [`Error::InvalidInput`] when polled outside a tokio
+    /// runtime.
+    ///
+    /// # Panics
+    ///
+    /// Where tokio panics: on a runtime built without time, or on Unix without I/O (call
+    /// `enable_all` on the runtime builder). It does so at the first call on such a runtime,
+    /// whether or not the lock is free.
+    pub async fn acquire_async(self) -> Result<LockGuard, Error> {
+        let runtime = acquire::runtime::Tokio::current()?;
+        // An acquisition that finds the lock free never waits: it counts against the task's
+        // budget, so that a task taking locks in a loop still lets the others run.
+        tokio::task::consume_budget().await;
+        let acquisition = self.acquisition(Who::current())?;
+        let acquired = acquisition.run(&runtime).await?;
+        Ok(LockGuard::new(acquisition, acquired))
+    }
+
+    /// Takes the lock without holding a thread, runs `f`'s future, and releases the lock
+    /// (also when the future is dropped or panics): [`LockRequest::run`] for async code.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    pub async fn run_async<T, E, F, Fut>(self, f: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        let guard = self.acquire_async().await?;
+        let result = f().await;
+        settle(guard, result, |error, _value| error)
+    }
+}
+
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+impl LockRequest {
+    /// Takes the lock without holding a thread, runs `f` with its guard, and releases the lock
+    /// (also when the future is dropped or `f` panics): [`LockRequest::run_with`] for async
+    /// code, with the same [`Error::NotReleased`] when the release fails after `f`
+    /// succeeded.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run_with`].
+    pub async fn run_with_async<T, E, F>(self, f: F) -> Result<T, E>
+    where
+        F: AsyncFnOnce(&LockGuard) -> Result<T, E>,
+        E: From<Error>,
+        T: Send + Sync + 'static,
+    {
+        let guard = self.acquire_async().await?;
+        let result = f(&guard).await;
+        finish(guard, result)
     }
 }
 

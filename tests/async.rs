@@ -4,6 +4,9 @@
 //! the suite (`cargo test --features tokio`) and on Windows under Wine in CI.
 
 #[cfg(feature = "tokio")]
+#[path = "async/edges.rs"]
+mod edges;
+#[cfg(feature = "tokio")]
 #[path = "async/tasks.rs"]
 mod tasks;
 

@@ -67,12 +67,7 @@ pub(crate) fn status(
         emit(&text)?;
     }
     // One lock: whether the next acquisition would get it.
-    let takeable = |st: &Status| match &st.state {
-        State::Free | State::DeadByProof => true,
-        State::DeadByEvidence { remaining } => remaining.is_zero(),
-        _ => false,
-    };
-    if !all && !statuses.iter().all(takeable) {
+    if !all && !statuses.iter().all(Status::takeable) {
         return Ok(ExitCode::from(EX_TEMPFAIL));
     }
     Ok(ExitCode::SUCCESS)

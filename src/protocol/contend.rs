@@ -1,6 +1,7 @@
-//! The contest for `NAME`: publish, and on losing judge the holder and wait for it, reclaim
-//! from a dead one, or give up at the deadline. [`contend`] reads as those steps; each is a
-//! method of [`Contest`], which keeps the deadline and what the acquisition has seen.
+//! The contest for `NAME`: publish, and on losing judge the holder and decide to wait for it,
+//! reclaim from a dead one, or give up at the deadline. Each step is a method of
+//! [`Contender`], which keeps the candidate, the deadline and what the acquisition has seen;
+//! the driver ([`crate::acquire`]) runs its rounds and does the sleeping.
 
 use super::stage::{
     publish, refresh, restage, stage, unstage, Publish, Request, Staged, REFRESH_AFTER,
@@ -8,12 +9,12 @@ use super::stage::{
 use super::Held;
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
-use crate::options::{Ages, Backoff, Wait};
+use crate::options::{grace_left, Ages, Backoff, Wait};
 use crate::owner::Owner;
 use crate::paths::guard_name;
 use crate::reclaim::{reclaim, Expect, Reclaim};
 use crate::space::{not_found, Seen, Space};
-use crate::sys::{is, Errno, FileId, Identity, Meta, System, Wake};
+use crate::sys::{FileId, Identity, Meta, System};
 use std::time::Duration;
 
 /// How often a fail-fast acquisition republishes after the holder vanished under it before it
@@ -60,9 +61,8 @@ impl Evidence {
     }
 }
 
-/// What a contender does next, after a round that did not win: the contest's decision, which
-/// the blocking driver ([`super::acquire`]) carries out with the thread's sleeps and the
-/// asynchronous one with the runtime's.
+/// What a contender does next, after a round: the contest's decision, which the driver
+/// carries out, with a thread's sleeps or a runtime's.
 pub(crate) enum Next<S: System> {
     /// The candidate is published: the lock is ours.
     Won,
@@ -82,21 +82,16 @@ pub(crate) enum Next<S: System> {
 pub(crate) struct Waiting<S: System> {
     pub(crate) dir: S::Dir,
     pub(crate) id: FileId,
-    pub(crate) evidence: Evidence,
+    evidence: Evidence,
     pub(crate) until: Option<Duration>,
     keep: bool,
 }
 
 impl<S: System> Waiting<S> {
-    /// The watch of this wait (`None`: nothing here can wake it; back off instead).
-    fn watch(&self, sys: &S) -> Option<S::Watch> {
-        let (pid, beacon) = self.evidence.watched();
-        sys.watch(&self.dir, pid, beacon).unwrap_or(None)
-    }
-
-    /// Whether the lock at `NAME` is no longer what this wait waits on: see [`changed`].
-    fn changed(&self, sp: &Space<S>, name: &str) -> bool {
-        changed(sp, name, &self.dir, self.id, self.evidence)
+    /// Whether the holder waited for is judged by its beacon (its release or death lets the
+    /// beacon go).
+    pub(crate) fn on_beacon(&self) -> bool {
+        matches!(self.evidence, Evidence::Beacon(_))
     }
 }
 
@@ -169,7 +164,6 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
     }
 
     /// Marks `on_wait` as told already (by a wait before the contest).
-    #[cfg(feature = "tokio")]
     pub(crate) fn told(&mut self) {
         self.told = true;
     }
@@ -205,6 +199,33 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             c.last_watch = watch;
             c.last_seen = Some(w.dir);
         }
+    }
+
+    /// The system it contends on.
+    pub(crate) fn sys(&self) -> &'a S {
+        self.sp.sys
+    }
+
+    /// The watch of the wait `w` (`None`: nothing here can wake it; back off instead).
+    pub(crate) fn watch(&self, w: &Waiting<S>) -> Option<S::Watch> {
+        let (pid, beacon) = w.evidence.watched();
+        self.sp.sys.watch(&w.dir, pid, beacon).unwrap_or(None)
+    }
+
+    /// Whether the lock is no longer what the wait `w` waits on: it is no longer the
+    /// directory waited on, or the evidence its holder's life rests on is gone.
+    pub(crate) fn changed(&self, w: &Waiting<S>) -> bool {
+        let sp = self.sp;
+        let moved = sp
+            .sys
+            .meta_at(sp.dir, self.req.name)
+            .map_or(true, |m| m.id != w.id);
+        moved
+            || match w.evidence {
+                Evidence::Beacon(_) => sp.sys.try_lock(&w.dir, false).unwrap_or(false),
+                Evidence::Pid(p) => sp.sys.process_alive(p) == Some(false),
+                Evidence::Nothing => false,
+            }
     }
 
     pub(crate) fn cancel(&self) -> Option<&'r crate::sys::CancelHandle> {
@@ -361,8 +382,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
     ) -> Result<Next<S>, Error> {
         let grace = self.req.options.grace;
         let (age, clock_ahead) = self.ages.age(self.sp.sys, meta.id, meta.mtime);
-        if judgement.liveness != Liveness::DeadByProof && age < grace {
-            let remaining = grace - age;
+        let remaining = grace_left(judgement.liveness, age, grace).unwrap_or_default();
+        if !remaining.is_zero() {
             if self.expired() {
                 return Err(self.give_up(|| Error::Stale {
                     lock: self.sp.entry(self.req.name),
@@ -454,169 +475,4 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             self.wait_for_holder(dir, meta, owner, judgement)
         }
     }
-
-    /// [`Next::Pause`] for a blocking contender: sleeps, unless cancelled.
-    fn sleep(&self, pause: Duration) -> Result<(), Error> {
-        let wake = self
-            .sp
-            .sys
-            .sleep(None, Some(pause), self.cancel())
-            .map_err(|e| self.wait_failed(e))?;
-        if wake == Wake::Cancelled {
-            return Err(self.cancelled());
-        }
-        Ok(())
-    }
-}
-
-/// The contest for a blocking acquisition: rounds until one wins, with the thread's sleeps
-/// between them.
-pub(super) fn contend<S: System>(mut k: Contender<S>) -> Result<Held<S>, Error> {
-    loop {
-        match k.round()? {
-            Next::Won => return Ok(k.won()),
-            Next::Again => {}
-            Next::Pause(pause) => k.sleep(pause)?,
-            Next::Wait(w) => {
-                let watch = wait_for_change(&k, &w)?;
-                k.waited(w, watch);
-            }
-        }
-    }
-}
-
-/// Sleeps until the lock at `NAME` may have changed: released (moved away), its beacon dropped,
-/// its (beacon-less) holder exited, `until` passed, or the wait cancelled. Returns the watch
-/// it used, for the caller to drop once its publish is done.
-fn wait_for_change<S: System>(k: &Contender<S>, w: &Waiting<S>) -> Result<Option<S::Watch>, Error> {
-    let cancel = k.cancel();
-    if matches!(w.evidence, Evidence::Beacon(_)) && cancel.is_none() && w.until.is_none() {
-        // An unbounded wait on a beacon holder: sleep in the kernel's own lock handoff. The
-        // holder's release unlocks the beacon explicitly (for every copy a fork made of it),
-        // and its death closes it, so either wakes us.
-        match k.sp.sys.wait_shared(&w.dir) {
-            Ok(()) => return Ok(None),
-            Err(e) if is(&e, Errno::LockUnsupported) => {}
-            Err(e) => return Err(k.wait_failed(e)),
-        }
-    }
-    let mut p = Patience::new(k, w);
-    while let Some((watching, timeout)) = p.next(k, w) {
-        let wake =
-            k.sp.sys
-                .sleep(watching, timeout, cancel)
-                .map_err(|e| k.wait_failed(e))?;
-        if wake == Wake::Cancelled {
-            return Err(k.cancelled());
-        }
-        if !p.woke(wake) {
-            break;
-        }
-    }
-    Ok(p.into_watch())
-}
-
-/// The sleeps of a [`Next::Wait`], for the blocking and the asynchronous waiter alike: on the
-/// watch until the lock changed, with wake-ups that changed nothing filtered (with no new
-/// opens of the lock directory: an open and close by us would wake every other waiter), and
-/// backoff pauses where nothing can wake us or wake-ups keep changing nothing. No sleep on
-/// the watch lasts longer than [`System::look_again`] (a lost notification costs that long,
-/// never a wedge).
-pub(crate) struct Patience<S: System> {
-    watch: Option<S::Watch>,
-    backoff: Backoff,
-    start: Duration,
-    /// Wake-ups in a row that changed nothing.
-    spurious: u32,
-    /// Whether the last sleep was on the watch.
-    watching: bool,
-    /// Whether the last sleep's timeout was [`System::look_again`], not the wait's own end.
-    capped: bool,
-}
-
-impl<S: System> Patience<S> {
-    /// Arms the watch of `w`.
-    pub(crate) fn new(k: &Contender<S>, w: &Waiting<S>) -> Self {
-        Patience {
-            watch: w.watch(k.sp.sys),
-            backoff: Backoff::new(Duration::from_millis(5), Duration::from_millis(250)),
-            start: k.sp.sys.monotonic(),
-            spurious: 0,
-            watching: false,
-            capped: false,
-        }
-    }
-
-    /// The next sleep of the wait `w`: on the watch (`None`: a pause), for at most the
-    /// duration (`None`: until woken); `None` once the wait is over, the lock changed or
-    /// `w.until` passed. It looks at the lock each time the watch is armed: a change before
-    /// would be missed.
-    pub(crate) fn next(
-        &mut self,
-        k: &Contender<S>,
-        w: &Waiting<S>,
-    ) -> Option<(Option<&S::Watch>, Option<Duration>)> {
-        if w.changed(k.sp, k.req.name) {
-            return None;
-        }
-        let elapsed = k.sp.sys.monotonic().saturating_sub(self.start);
-        let left = w.until.map(|t| t.saturating_sub(elapsed));
-        if left == Some(Duration::ZERO) {
-            return None; // the contender re-judges and reports the deadline
-        }
-        // Without a watch, back off. After wake-ups that changed nothing (a reader opening
-        // the lock directory, a pidfd of a zombie that stays readable), pause a little before
-        // watching again, so that a storm of them cannot make a waiter spin; what happens
-        // meanwhile is queued and wakes the next sleep at once.
-        self.watching = self.watch.is_some() && self.spurious < 3;
-        if self.watching {
-            let look_again = k.sp.sys.look_again();
-            self.capped = look_again.is_some_and(|a| left.is_none_or(|l| l > a));
-            let timeout = if self.capped { look_again } else { left };
-            Some((self.watch.as_ref(), timeout))
-        } else {
-            let pause = self.backoff.next_pause();
-            Some((None, Some(left.map_or(pause, |l| l.min(pause)))))
-        }
-    }
-
-    /// After a sleep (not cancelled) that ended with `wake`: whether the wait goes on.
-    pub(crate) fn woke(&mut self, wake: Wake) -> bool {
-        match wake {
-            Wake::TimedOut if self.watching && self.capped => true, // look again
-            Wake::TimedOut if self.watching => false,               // `until` passed
-            Wake::TimedOut if self.watch.is_some() => {
-                self.spurious = 0; // the pause is over
-                true
-            }
-            Wake::TimedOut | Wake::Cancelled => true,
-            Wake::Changed => {
-                self.spurious += 1;
-                true
-            }
-        }
-    }
-
-    /// The watch, for the contender to keep until its publish is done.
-    pub(crate) fn into_watch(self) -> Option<S::Watch> {
-        self.watch
-    }
-}
-
-/// Whether the lock at `name` is no longer the directory `id` we wait on, or the `evidence`
-/// its holder's life rests on is gone.
-fn changed<S: System>(
-    sp: &Space<S>,
-    name: &str,
-    dir: &S::Dir,
-    id: FileId,
-    evidence: Evidence,
-) -> bool {
-    let moved = sp.sys.meta_at(sp.dir, name).map_or(true, |m| m.id != id);
-    moved
-        || match evidence {
-            Evidence::Beacon(_) => sp.sys.try_lock(dir, false).unwrap_or(false),
-            Evidence::Pid(p) => sp.sys.process_alive(p) == Some(false),
-            Evidence::Nothing => false,
-        }
 }

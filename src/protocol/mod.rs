@@ -1,54 +1,19 @@
 //! The protocol's two operations on a lock of one's own: **acquire** (stage a candidate,
-//! contend for `NAME`, publish) and **release** (check `NAME` is still ours, retire it to a
+//! contend for `NAME`, publish: [`Contender`], whose rounds the driver runs) and **release** (check `NAME` is still ours, retire it to a
 //! tombstone, reap). With [`crate::reclaim`] and [`crate::sweep`], the only code that changes
 //! lock state, and only through the [`System`] seam, relative to the lock directory's handle.
 
 mod contend;
 mod stage;
 
-pub(crate) use contend::Contender;
-#[cfg(feature = "tokio")]
-pub(crate) use contend::{Next, Patience};
+pub(crate) use contend::{Contender, Next, Waiting};
 pub(crate) use stage::{Held, Request, MAX_RESTAGES};
 
 use crate::error::Error;
 use crate::paths::{tombstone_for, OWNER_FILE};
-use crate::space::{not_found, remove_tree, Space};
-use crate::sys::{Identity, System};
-use contend::contend;
+use crate::space::{remove_tree, Space};
+use crate::sys::System;
 use std::io;
-
-/// Acquire: stage, then publish until we win, judging (and waiting for or reclaiming from)
-/// whoever holds `NAME`. Every way out but success removes our candidate.
-pub(crate) fn acquire<S: System>(
-    sp: &Space<S>,
-    req: &Request,
-    me: &Identity,
-) -> Result<Held<S>, Error> {
-    contend(Contender::new(sp, req, me)?)
-}
-
-/// Runs `attempt` in the lock directory `open` gives (`dir` finds the handle in it), and once
-/// more in a fresh one each time the directory was removed under it (a temp cleaner, `rm -rf`):
-/// a lock in a removed directory would exclude no one, and a waiter should go on in the new
-/// one, not fail.
-pub(crate) fn in_current_dir<S: System, D, T>(
-    sys: &S,
-    mut open: impl FnMut() -> Result<D, Error>,
-    dir: impl Fn(&D) -> &S::Dir,
-    mut attempt: impl FnMut(&D) -> Result<T, Error>,
-) -> Result<T, Error> {
-    let mut left = MAX_RESTAGES;
-    loop {
-        let d = open()?;
-        match attempt(&d) {
-            Err(e) if left > 0 && not_found(&e) && sys.unlinked(dir(&d)) => {
-                left -= 1;
-            }
-            other => return other,
-        }
-    }
-}
 
 /// Release: if this is the acquiring process, check that `NAME` is still our directory, retire
 /// it to a tombstone, check the tombstone, drop the beacon (waking waiters), reap.

@@ -17,11 +17,12 @@
 //! (judged by pid, grace periods waited out, pids reused), hostile input (an intruder's empty
 //! directory at the lock path), and the test-only mutants of [`Mutant`].
 
+use crate::acquire::{self, Acquired, Blocking};
 use crate::error::Error;
 use crate::options::{Options, Wait};
 use crate::owner::Owner;
 use crate::paths::{classify, guard_name, Entry, OWNER_FILE};
-use crate::protocol::{self, Request};
+use crate::protocol;
 use crate::space::Space;
 use crate::sys::{CancelHandle, Clock, FileId, Identity, Kind, Meta, Renamed, System, Wake};
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +36,7 @@ mod model;
 mod schedule;
 mod scripts;
 mod system;
+mod tasks;
 #[cfg(test)]
 mod tests;
 
@@ -42,6 +44,7 @@ use model::*;
 use schedule::*;
 use scripts::*;
 use system::*;
+use tasks::*;
 
 /// The directory that holds the lock directory (the per-user base directory).
 pub(crate) const PARENT: Ino = 1;
@@ -89,8 +92,9 @@ pub(crate) struct Config {
 }
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
-/// mirror): the first bytes choose 2 to 4 processes and their scripts and whether flock works,
-/// (or an intruder's empty directory), the rest drive every scheduling decision and crash.
+/// mirror): the first bytes choose 2 to 4 processes and their scripts (a byte from 240 up: a
+/// runtime of tasks; from 224, a prober) and whether flock works (or an intruder's empty directory), the rest
+/// drive every scheduling decision and crash.
 ///
 /// # Errors
 ///
@@ -102,6 +106,21 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
     let scripts: Vec<Script> = (0..n)
         .map(|i| {
             let b = at(1 + i);
+            if let Some(k) = b.checked_sub(240) {
+                // A runtime of two or three tasks, one of whose acquisitions may be dropped.
+                return Script::Tasks {
+                    n: 2 + k % 2,
+                    wait: if k / 2 % 2 == 0 {
+                        Wait::Forever
+                    } else {
+                        Wait::Timeout(Duration::from_secs(3))
+                    },
+                    cancel: (k >= 4).then_some((k % 2, k / 4 * 2 - 1)),
+                };
+            }
+            if b >= 224 {
+                return Script::Prober;
+            }
             match b % 12 {
                 11 => Script::Forker {
                     wait: if b / 12 % 2 == 0 {
@@ -234,6 +253,8 @@ fn new_world(cfg: &Config) -> Arc<World> {
             no_pidfd: cfg.no_pidfd,
             lossy: cfg.lossy,
             marked_by: HashMap::new(),
+            replaced: false,
+            exclusive: None,
             owned: Default::default(),
             forks: HashMap::new(),
         }),

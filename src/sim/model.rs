@@ -95,6 +95,9 @@ pub(crate) struct Proc {
     pub(crate) alive: bool,
     pub(crate) crashed: bool,
     pub(crate) status: Status,
+    /// The watch of the sleep it last woke from, as the scheduler left it (re-armed when its
+    /// notification was lost).
+    pub(crate) woke_on: Option<SimWatch>,
 }
 
 pub(crate) struct State {
@@ -105,9 +108,11 @@ pub(crate) struct State {
     pub(crate) ofds: HashMap<u64, Ofd>,
     pub(crate) next_fd: u64,
     pub(crate) mono: Duration,
-    pub(crate) tokens: HashMap<String, usize>,
+    /// Who drew each token: its process's slot, and the task in it (0 without tasks).
+    pub(crate) tokens: HashMap<String, (usize, usize)>,
     pub(crate) next_token: u64,
-    pub(crate) inside: Vec<usize>,
+    /// Who is in the critical section: (slot, task; 0 for a process without tasks).
+    pub(crate) inside: Vec<(usize, usize)>,
     /// When a process last made progress (entered the critical section, or ended): waiters
     /// that poll on and on without it are wedged as surely as sleepers nothing can wake.
     pub(crate) progressed: Duration,
@@ -131,6 +136,11 @@ pub(crate) struct State {
     pub(crate) lossy: bool,
     /// Who wrote the marker in each guard directory (the guard's holder where there is no flock).
     pub(crate) marked_by: HashMap<Ino, usize>,
+    /// A process that runs alone, on a stopped clock, without crashes: a look at the lock
+    /// and an acquisition that must agree with it (see `Script::Prober`).
+    pub(crate) exclusive: Option<usize>,
+    /// Whether a cleaner removed the lock directory (it is made anew).
+    pub(crate) replaced: bool,
     /// The tokens each process wrote and is not done with (`System::own_token`).
     pub(crate) owned: std::collections::HashSet<(usize, String)>,
     /// What a forked child (by slot) inherited of the lock its parent held at the fork.
@@ -237,6 +247,7 @@ impl State {
         if let Ok(p) = self.dir_entries_mut(PARENT) {
             p.remove(LOCKS);
         }
+        self.replaced = true;
         true
     }
 
@@ -417,7 +428,7 @@ impl State {
         p.alive = false;
         p.crashed = true;
         self.close_all(slot);
-        self.inside.retain(|s| *s != slot);
+        self.inside.retain(|(s, _)| *s != slot);
         self.trace.push(format!("CRASH p{slot}"));
     }
 
@@ -445,12 +456,32 @@ impl State {
     }
 
     /// I2 and I8, checked after every step: a published lock is a private directory with a
-    /// complete, private record.
+    /// complete, private record. And of a process's tasks, only the head of its queue
+    /// contends: no two tasks of one process have a candidate or a lock at once.
     pub(crate) fn check(&mut self) {
         let entries: Vec<(String, Ino)> = match self.dir_entries(self.d()) {
             Ok(e) => e.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             Err(_) => return,
         };
+        let mut contending: Vec<(usize, usize)> = entries
+            .iter()
+            .filter(|(n, _)| matches!(classify(n), Entry::Lock(_) | Entry::Candidate { .. }))
+            .filter_map(|(_, ino)| self.tokens.get(&self.record(*ino)?.token).copied())
+            .collect();
+        contending.sort_unstable();
+        contending.dedup();
+        // (A lock directory made anew splits a queue: the tasks queued in the old one and
+        // those that came after are in two, whose heads contend, excluded by the protocol.)
+        let queues_split = self.replaced;
+        if let Some(w) = contending
+            .windows(2)
+            .find(|w| w[0].0 == w[1].0 && !queues_split)
+        {
+            let (slot, a, b) = (w[0].0, w[0].1, w[1].1);
+            self.violation(format!(
+                "tasks {a} and {b} of p{slot} contend at once (only the head of its queue may)"
+            ));
+        }
         for (name, ino) in entries {
             if !matches!(classify(&name), Entry::Lock(_)) || self.inodes[&ino].foreign {
                 continue;
@@ -499,8 +530,13 @@ impl World {
             drop(st);
             resume_unwind(Box::new(Crashed));
         }
+        if let Status::Sleeping { watch, .. } = st.procs[slot].status {
+            st.procs[slot].woke_on = watch;
+        }
         st.procs[slot].status = Status::Running;
-        st.mono += TICK;
+        if st.exclusive.is_none() {
+            st.mono += TICK;
+        }
         st
     }
 

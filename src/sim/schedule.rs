@@ -153,6 +153,7 @@ fn add_processes(world: &World, first: usize, n: usize, recovery: bool) {
             alive: true,
             crashed: false,
             status: Status::Starting,
+            woke_on: None,
         });
     }
 }
@@ -171,6 +172,7 @@ fn start(
         let sys = SimSys {
             world: world.clone(),
             slot,
+            task: Default::default(),
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
             drop(world.yield_point(slot, Status::Ready));
@@ -214,10 +216,14 @@ impl Scheduler<'_> {
         {
             st = world.cv.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        if self.cfg.lossy && !self.recovery {
+        if self.cfg.lossy && !self.recovery && st.exclusive.is_none() {
             self.lose_notifications(&mut st, strategy);
         }
-        let runnable: Vec<usize> = self.slots.clone().filter(|s| ready(&st, *s)).collect();
+        let runnable: Vec<usize> = self
+            .slots
+            .clone()
+            .filter(|s| ready(&st, *s) && st.exclusive.is_none_or(|x| x == *s))
+            .collect();
         if runnable.is_empty() {
             return self.idle(&mut st);
         }
@@ -354,7 +360,7 @@ impl Scheduler<'_> {
             None => options.extend(runnable.iter().map(|s| Choice::Run(*s))),
         }
         let runs = options.len();
-        if !self.recovery {
+        if !self.recovery && st.exclusive.is_none() {
             for s in self.slots.clone() {
                 let p = &st.procs[s];
                 if p.alive && p.status != Status::Done && self.crashes[s] < self.cfg.crashes {

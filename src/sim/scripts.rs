@@ -18,6 +18,10 @@ pub(crate) enum Script {
     Planter(Plant),
     /// An observer: looks at the lock's status a few times.
     Observer,
+    /// Looks at the lock's status and at once (alone, on a stopped clock) tries a fail-fast
+    /// acquisition, a few times: the acquisition must succeed exactly when the status says
+    /// the lock can be taken ([`Status::takeable`](crate::Status::takeable)).
+    Prober,
     /// `sweep --grace 0` beside acquisitions.
     SweeperNow,
     /// A temp cleaner (`rm -rf`): removes the whole lock directory whenever no lock is
@@ -30,6 +34,14 @@ pub(crate) enum Script {
     /// The child of the [`Script::Forker`] before it: drops its copy of the parent's guard,
     /// which must do nothing, then waits for the lock (a while) like any other process.
     Forked,
+    /// A process whose runtime runs `n` tasks, each taking the lock once asynchronously
+    /// (see [`tasks`](super::tasks::tasks)); `cancel`: which task's acquisition is dropped,
+    /// at which of its pending polls.
+    Tasks {
+        n: u8,
+        wait: Wait,
+        cancel: Option<(u8, u8)>,
+    },
 }
 
 /// What a planted lock's record says.
@@ -102,7 +114,7 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
     match script {
         Script::Worker { rounds, wait } => {
             for _ in 0..rounds {
-                work(sys, &me, wait, grace, recovery, None);
+                work(sys, wait, grace, recovery, None);
             }
             if recovery {
                 if let Err(e) = crate::sweep::sweep(&space(sys, &sys.lock_dir()), grace) {
@@ -119,18 +131,16 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
                 report(sys, format!("sweep failed: {e}"));
             }
         }
-        Script::Unlocker => match protocol::in_current_dir(
-            sys,
-            || Ok(sys.lock_dir()),
-            |d: &Arc<SimDir>| &**d,
-            |d| crate::reclaim::unlock(&space(sys, d), LOCK, "sim", &me, grace, false),
-        ) {
+        Script::Unlocker => match acquire::in_current_dir(&SimSite { sys }, |sp| {
+            crate::reclaim::unlock(sp, LOCK, "sim", &me, grace, false)
+        }) {
             Ok(_) => {}
             Err(e) if e.is_contended() => {}
             Err(Error::Malformed { .. }) if intruded(sys) => {}
             Err(e) => report(sys, format!("unlock failed: {e}")),
         },
         Script::Observer => observe(sys, &sp, &me, grace),
+        Script::Prober => probe(sys, &me, grace),
         Script::Cleaner => {
             for whole in [false, false, true, true] {
                 sys.call(
@@ -141,15 +151,16 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
         }
         Script::Intruder => intrude(sys),
         Script::Planter(plant) => plant_lock(sys, plant),
-        Script::Forker { wait } => work(sys, &me, wait, grace, recovery, Some(sys.slot + 1)),
-        Script::Forked => forked(sys, &me, grace),
+        Script::Forker { wait } => work(sys, wait, grace, recovery, Some(sys.slot + 1)),
+        Script::Forked => forked(sys, grace),
+        Script::Tasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel),
     }
 }
 
 /// The child of the forker in the slot before: waits for the fork (or for its parent to end
 /// without forking), drops the guard it inherited (nothing may happen to the lock), then
 /// waits for the lock itself, a while.
-fn forked(sys: &SimSys, me: &Identity, grace: Duration) {
+fn forked(sys: &SimSys, grace: Duration) {
     let parent = sys.slot - 1;
     let inherited = loop {
         let watch = {
@@ -188,7 +199,6 @@ fn forked(sys: &SimSys, me: &Identity, grace: Duration) {
     }
     work(
         sys,
-        me,
         Wait::Timeout(Duration::from_secs(2)),
         grace,
         false,
@@ -198,30 +208,10 @@ fn forked(sys: &SimSys, me: &Identity, grace: Duration) {
 
 /// One round of a worker: acquire (in the current lock directory, re-opened if a cleaner
 /// removed it, as `Locks` does), a critical section with a scheduling point, release.
-fn work(
-    sys: &SimSys,
-    me: &Identity,
-    wait: Wait,
-    grace: Duration,
-    recovery: bool,
-    fork_to: Option<usize>,
-) {
-    let mut options = Options::new(wait);
-    options.grace = grace;
-    let req = Request {
-        name: LOCK,
-        resource: "sim",
-        options: &options,
-        started: sys.monotonic(),
-    };
-    let got = protocol::in_current_dir(
-        sys,
-        || Ok(sys.lock_dir()),
-        |d: &Arc<SimDir>| &**d,
-        |d| protocol::acquire(&space(sys, d), &req, me).map(|held| (held, d.clone())),
-    );
+fn work(sys: &SimSys, wait: Wait, grace: Duration, recovery: bool, fork_to: Option<usize>) {
+    let got = acquire::now(acquisition(sys, wait, grace, 0).run(&Blocking));
     match got {
-        Ok((held, d)) => {
+        Ok(Acquired { held, dir: d, .. }) => {
             if let Some(child) = fork_to {
                 sys.fork(child, &held);
             }
@@ -258,6 +248,50 @@ fn observe(sys: &SimSys, sp: &Space<SimSys>, me: &Identity, grace: Duration) {
             Err(Error::Malformed { .. }) if intruded(sys) => {}
             Err(e) => report(sys, format!("status failed: {e}")),
         }
+    }
+}
+
+/// A status and a fail-fast acquisition with nothing in between, three times: they agree.
+fn probe(sys: &SimSys, me: &Identity, grace: Duration) {
+    for _ in 0..3 {
+        sys.call("probe (alone)", |st, slot| st.exclusive = Some(slot));
+        let root = sys.lock_dir();
+        let sp = space(sys, &root);
+        let status = sys
+            .list(sp.dir)
+            .map_err(|e| Error::io("list", "/sim", e))
+            .and_then(|entries| {
+                let related = crate::inspect::group(&entries).remove(LOCK);
+                crate::inspect::status(&sp, LOCK, me, grace, &related.unwrap_or_default())
+            });
+        let got = acquire::now(acquisition(sys, Wait::Immediately, grace, 0).run(&Blocking));
+        let (took, verdict) = match &got {
+            Ok(_) => (true, "took it".to_owned()),
+            Err(e) => (false, format!("failed: {e}")),
+        };
+        match status {
+            Ok(s) if s.takeable() != took => report(
+                sys,
+                format!(
+                    "status and acquisition disagree: {:?} (guard {:?}) says takeable: {}, \
+                     and an acquisition {verdict}",
+                    s.state,
+                    s.guard,
+                    s.takeable()
+                ),
+            ),
+            Ok(_) | Err(Error::Malformed { .. }) => {}
+            Err(e) => report(sys, format!("status failed: {e}")),
+        }
+        if let Ok(Acquired { held, dir, .. }) = got {
+            enter(sys);
+            leave(sys);
+            let pid = sys.pid();
+            if let Err(e) = protocol::release(&space(sys, &dir), held, "sim", pid) {
+                report(sys, format!("I9/I1: p{} lost its lock: {e}", sys.slot));
+            }
+        }
+        sys.call("probe done", |st, _| st.exclusive = None);
     }
 }
 
@@ -311,18 +345,21 @@ pub(crate) fn report(sys: &SimSys, what: String) {
 /// I1: entering the critical section while another live process is inside is a violation.
 pub(crate) fn enter(sys: &SimSys) {
     let mut st = sys.world.lock();
-    let me = sys.slot;
-    if let Some(other) = st.inside.iter().copied().find(|s| st.procs[*s].alive) {
-        st.violation(format!("I1: p{me} entered while p{other} is inside"));
+    let me = (sys.slot, sys.task.get());
+    if let Some((s, t)) = st.inside.iter().copied().find(|(s, _)| st.procs[*s].alive) {
+        st.violation(format!(
+            "I1: p{}.{} entered while p{s}.{t} is inside",
+            me.0, me.1
+        ));
     }
     st.inside.push(me);
     st.progressed = st.mono;
-    st.trace.push(format!("p{me} ENTER"));
+    st.trace.push(format!("p{}.{} ENTER", me.0, me.1));
 }
 
 pub(crate) fn leave(sys: &SimSys) {
     let mut st = sys.world.lock();
-    let me = sys.slot;
+    let me = (sys.slot, sys.task.get());
     st.inside.retain(|s| *s != me);
-    st.trace.push(format!("p{me} LEAVE"));
+    st.trace.push(format!("p{}.{} LEAVE", me.0, me.1));
 }

@@ -7,6 +7,8 @@ use super::*;
 pub(crate) struct SimSys {
     pub(crate) world: Arc<World>,
     pub(crate) slot: usize,
+    /// The task of the process being polled (0 for a process without tasks).
+    pub(crate) task: std::cell::Cell<usize>,
 }
 
 /// An open directory of a simulated process.
@@ -124,7 +126,7 @@ impl Clock for SimSys {
         let mut st = self.world.lock();
         st.next_token += 1;
         let t = format!("tok-{}-{}", self.slot, st.next_token);
-        st.tokens.insert(t.clone(), self.slot);
+        st.tokens.insert(t.clone(), (self.slot, self.task.get()));
         t
     }
 }
@@ -343,7 +345,7 @@ impl System for SimSys {
                 // owner (I4, I5, I6).
                 let token_slot = st
                     .record(src)
-                    .and_then(|o| st.tokens.get(&o.token).copied());
+                    .and_then(|o| st.tokens.get(&o.token).map(|(slot, _)| *slot));
                 if token_slot != Some(slot) {
                     if !st.holds_guard(slot, &lock) {
                         st.violation(format!(

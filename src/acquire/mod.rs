@@ -1,0 +1,428 @@
+//! One acquisition, two ways to sleep. An [`Acquisition`] owns one acquisition from its
+//! resolved target to the parts of its guard: the lock directory (opened again when it was
+//! removed underneath), the refusals, a place in the queue of a runtime's tasks, and the
+//! contest's rounds ([`Contender`]). Between rounds it sleeps as its [`Sleep`] does: a
+//! thread's ([`Blocking`]: the kernel's lock handoff, the platform's sleep on a watch), a
+//! tokio runtime's ([`runtime`]), or a simulated runtime's tasks (the simulation's). A blocking
+//! acquisition is the same future, run by [`now`]: its sleeps never yield.
+
+mod patience;
+pub(crate) mod queue;
+#[cfg(feature = "tokio")]
+pub(crate) mod runtime;
+
+use crate::error::Error;
+use crate::held::{check_order, held_by_parent, Family, Who};
+use crate::lockdir::LockDir;
+use crate::options::{Options, Wait, Waiting};
+use crate::protocol::{Contender, Held, Next, Request, MAX_RESTAGES};
+use crate::space::{not_found, Seen, Space};
+use crate::sys::{is, CancelHandle, Errno, FileId, Identity, Real, RealDir, System, Wake};
+use patience::Patience;
+use queue::{Place, Queue};
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// A request's target, resolved: the lock's name and path, the resource it stands for, and its
+/// family (for the lock order).
+pub(crate) struct Resolved {
+    pub name: String,
+    pub path: PathBuf,
+    pub resource: String,
+    pub family: Family,
+}
+
+/// How an acquisition sleeps between rounds.
+#[allow(async_fn_in_trait)] // crate-private: the callers are this crate's, each concrete
+pub(crate) trait Sleep<S: System> {
+    /// Whether the places it takes in queues are this real process's (see [`Place::join`]).
+    fn real(&self) -> bool;
+
+    /// Sleeps on `watch` (`None`: a pause) for at most `timeout` (`None`: until woken), unless
+    /// `cancel` fires first.
+    async fn sleep(
+        &self,
+        sys: &S,
+        watch: Option<&S::Watch>,
+        timeout: Option<Duration>,
+        cancel: Option<&CancelHandle>,
+    ) -> io::Result<Wake>;
+
+    /// Runs `fut` for at most `timeout` (`None`: as long as it takes) unless `cancel` fires.
+    async fn bounded<T>(
+        &self,
+        timeout: Option<Duration>,
+        cancel: Option<&CancelHandle>,
+        fut: impl Future<Output = T>,
+    ) -> Bounded<T>;
+
+    /// Sleeps in the kernel's own lock handoff until the beacon `dir` is let go, where this
+    /// way of sleeping can (a thread can; a task, which must not block its thread, cannot:
+    /// `None`).
+    fn handoff(&self, sys: &S, dir: &S::Dir) -> Option<io::Result<()>>;
+
+    /// The queue of its tasks for the lock `name` in the lock directory `dir` (`None`: a
+    /// thread, which does not queue).
+    fn queue(&self, dir: FileId, name: &str) -> Option<Arc<Queue>>;
+}
+
+/// How a [`Sleep::bounded`] run ended.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) enum Bounded<T> {
+    Done(T),
+    TimedOut,
+    Cancelled,
+}
+
+/// A thread's sleeps: the platform's blocking sleep, and the kernel's lock handoff.
+pub(crate) struct Blocking;
+
+impl<S: System> Sleep<S> for Blocking {
+    fn real(&self) -> bool {
+        true
+    }
+
+    async fn sleep(
+        &self,
+        sys: &S,
+        watch: Option<&S::Watch>,
+        timeout: Option<Duration>,
+        cancel: Option<&CancelHandle>,
+    ) -> io::Result<Wake> {
+        sys.sleep(watch, timeout, cancel)
+    }
+
+    async fn bounded<T>(
+        &self,
+        _: Option<Duration>,
+        _: Option<&CancelHandle>,
+        fut: impl Future<Output = T>,
+    ) -> Bounded<T> {
+        // Never called: a thread takes no place in a queue (see `queue`), and nothing else
+        // waits on another future.
+        Bounded::Done(fut.await)
+    }
+
+    fn handoff(&self, sys: &S, dir: &S::Dir) -> Option<io::Result<()>> {
+        Some(sys.wait_shared(dir))
+    }
+
+    fn queue(&self, _: FileId, _: &str) -> Option<Arc<Queue>> {
+        None
+    }
+}
+
+/// Runs a blocking acquisition's future to its end: its sleeps block the thread, so it
+/// finishes in one poll.
+pub(crate) fn now<T>(fut: impl Future<Output = T>) -> T {
+    let mut fut = pin!(fut);
+    match fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => unreachable!("a blocking acquisition's sleeps never yield"),
+    }
+}
+
+/// Where an acquisition takes its lock: the lock directory, as it is now, and what this
+/// process refuses before it contends.
+pub(crate) trait Site<S: System> {
+    fn sys(&self) -> &S;
+
+    /// The lock directory now: a handle and its identity (made again if it was removed).
+    fn open(&self) -> Result<(Arc<S::Dir>, FileId), Error>;
+
+    /// The lock directory `dir` as the protocol sees it.
+    fn space<'a>(&'a self, dir: &'a S::Dir) -> Space<'a, S>;
+
+    /// The refusals an acquisition by `who` of `t` in the lock directory `dir` checks before
+    /// it contends (see [`Site<Real>`]).
+    fn refusals(&self, dir: &S::Dir, dir_id: FileId, t: &Resolved, who: Who) -> Result<(), Error>;
+}
+
+impl Site<Real> for Arc<LockDir> {
+    fn sys(&self) -> &Real {
+        &Real
+    }
+
+    fn open(&self) -> Result<(Arc<RealDir>, FileId), Error> {
+        self.current()
+    }
+
+    fn space<'a>(&'a self, dir: &'a RealDir) -> Space<'a, Real> {
+        LockDir::space(self, dir)
+    }
+
+    /// The lock order, a lock `who` holds already, and a lock an ancestor runs us under
+    /// (waiting would wait for ourselves).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockOrder`], [`Error::AlreadyHeld`], [`Error::HeldByParent`], or an error
+    /// observing the lock.
+    fn refusals(&self, dir: &RealDir, dir_id: FileId, t: &Resolved, who: Who) -> Result<(), Error> {
+        let (name, lock_path, resource) = (t.name.as_str(), t.path.as_path(), t.resource.as_str());
+        let found = || Real.meta_at(dir, name).ok().map(|m| m.id);
+        check_order(dir_id, name, found, t.family, lock_path, resource, who)?;
+        let parents = held_by_parent(dir_id, name);
+        if parents.is_empty() {
+            return Ok(());
+        }
+        // An ancestor said it runs us under this lock: if that very acquisition still holds
+        // it, waiting would wait for ourselves. (A line without a token, from a version
+        // before them, says only its pid.)
+        if let Seen::Owned { owner, .. } = self.space(dir).observe(name)? {
+            let theirs = |(pid, token): &&(u32, Option<String>)| match token {
+                Some(t) => *t == owner.token,
+                None => *pid == owner.pid,
+            };
+            if let Some((pid, _)) = parents.iter().find(theirs) {
+                return Err(Error::HeldByParent {
+                    lock: lock_path.to_owned(),
+                    resource: resource.to_owned(),
+                    pid: *pid,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The bounded retry over a lock directory removed underneath an operation (a temp cleaner,
+/// `rm -rf`): a lock in a removed directory would exclude no one, and a waiter should go on
+/// in the new one, not fail.
+pub(crate) struct Retry(u32);
+
+impl Retry {
+    pub(crate) fn new() -> Retry {
+        Retry(MAX_RESTAGES)
+    }
+
+    /// Whether to try again after `e` in the lock directory `dir`: it was not found because
+    /// the directory was removed, and the bound is not reached.
+    pub(crate) fn again<S: System>(&mut self, sys: &S, e: &Error, dir: &S::Dir) -> bool {
+        let again = self.0 > 0 && not_found(e) && sys.unlinked(dir);
+        self.0 -= u32::from(again);
+        again
+    }
+}
+
+/// Runs `attempt` in the lock directory `site` opens, and again in a fresh one each time the
+/// directory was removed under it (see [`Retry`]).
+pub(crate) fn in_current_dir<S: System, T>(
+    site: &impl Site<S>,
+    mut attempt: impl FnMut(&Space<S>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let mut retry = Retry::new();
+    loop {
+        let (dir, _) = site.open()?;
+        match attempt(&site.space(&dir)) {
+            Err(e) if retry.again(site.sys(), &e, &dir) => {}
+            other => return other,
+        }
+    }
+}
+
+/// One acquisition: what it takes, where, for whom, with which options, since when.
+pub(crate) struct Acquisition<S: System, L: Site<S>> {
+    pub(crate) site: L,
+    pub(crate) target: Resolved,
+    pub(crate) options: Options,
+    pub(crate) who: Who,
+    started: Duration,
+    me: Identity,
+    sys: std::marker::PhantomData<S>,
+}
+
+/// What an acquisition won: the lock, the handle of the lock directory it is in, and the
+/// task's place at the head of its runtime's queue (kept until the lock is released).
+pub(crate) struct Acquired<S: System> {
+    pub(crate) held: Held<S>,
+    pub(crate) dir: Arc<S::Dir>,
+    pub(crate) dir_id: FileId,
+    pub(crate) turn: Option<Place>,
+}
+
+impl<S: System, L: Site<S>> Acquisition<S, L> {
+    /// Starts the acquisition of `target` in `site` by `who`: its clock starts now.
+    pub(crate) fn new(site: L, target: Resolved, options: Options, who: Who) -> Self {
+        let (started, me) = (site.sys().monotonic(), site.sys().identity());
+        Acquisition {
+            site,
+            target,
+            options,
+            who,
+            started,
+            me,
+            sys: std::marker::PhantomData,
+        }
+    }
+
+    fn request(&self) -> Request<'_> {
+        Request {
+            name: &self.target.name,
+            resource: &self.target.resource,
+            options: &self.options,
+            started: self.started,
+        }
+    }
+
+    /// Takes the lock, sleeping between rounds as `z` does: the refusals, then (a task) a
+    /// place at the head of its runtime's queue, then the contest, in the lock directory as
+    /// it is, again in a new one if it is removed underneath.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::acquire`](crate::LockRequest::acquire).
+    pub(crate) async fn run(&self, z: &impl Sleep<S>) -> Result<Acquired<S>, Error> {
+        let mut told = false;
+        let turn = self.queue_up(z, &mut told).await?;
+        let mut retry = Retry::new();
+        loop {
+            let (dir, dir_id) = self.site.open()?;
+            self.site.refusals(&dir, dir_id, &self.target, self.who)?;
+            let won = self.contend(&dir, z, told).await;
+            match won {
+                Ok(held) => {
+                    return Ok(Acquired {
+                        held,
+                        dir,
+                        dir_id,
+                        turn,
+                    })
+                }
+                Err(e) if retry.again(self.site.sys(), &e, &dir) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// The contest in the lock directory `dir`: rounds until one wins, sleeping between them
+    /// as `z` does. One candidate is staged for the whole contest, so that a release finds it
+    /// ready to publish; however the contest ends but a win (an error, a dropped future), the
+    /// contender's drop removes it. Nothing is awaited between the winning publish and the
+    /// return: a lock published is always in the guard made of it.
+    async fn contend(&self, dir: &S::Dir, z: &impl Sleep<S>, told: bool) -> Result<Held<S>, Error> {
+        let (sp, req) = (self.site.space(dir), self.request());
+        let mut k = Contender::new(&sp, &req, &self.me)?;
+        if told {
+            k.told();
+        }
+        loop {
+            match k.round()? {
+                Next::Won => return Ok(k.won()),
+                Next::Again => {}
+                Next::Pause(p) => {
+                    let wake = z.sleep(sp.sys, None, Some(p), k.cancel()).await;
+                    if wake.map_err(|e| k.wait_failed(e))? == Wake::Cancelled {
+                        return Err(k.cancelled());
+                    }
+                }
+                Next::Wait(w) => {
+                    let watch = wait_for_change(&k, &w, z).await?;
+                    k.waited(w, watch);
+                }
+            }
+        }
+    }
+
+    /// A task's place in its runtime's queue for the lock, once it is at the head (`None`
+    /// for a thread, or a task that does not wait). A task that has to queue is told
+    /// (`on_wait`) who holds the lock, and a timeout names it.
+    async fn queue_up(&self, z: &impl Sleep<S>, told: &mut bool) -> Result<Option<Place>, Error> {
+        let t = &self.target;
+        let (dir, dir_id) = self.site.open()?;
+        let Some(queue) = z.queue(dir_id, &t.name) else {
+            return Ok(None);
+        };
+        // Before queueing: a task that holds the lock would wait behind itself; nor behind
+        // (or, failing fast, past) a future of this task that is in the queue, waiting or
+        // holding: it would wait for us, or we for it.
+        self.site.refusals(&dir, dir_id, t, self.who)?;
+        if queue.has(self.who) {
+            return Err(Error::AlreadyHeld {
+                lock: t.path.clone(),
+                resource: t.resource.clone(),
+            });
+        }
+        if self.options.wait == Wait::Immediately {
+            return Ok(None);
+        }
+        let place = Place::join(queue, self.who, z.real());
+        if place.first() {
+            return Ok(Some(place));
+        }
+        let sp = self.site.space(&dir);
+        let holder = || match sp.observe(&t.name) {
+            Ok(Seen::Owned { dir, meta, owner }) => {
+                let judgement = sp.judge(&dir, &owner, &self.me);
+                Some((owner, judgement, meta.mtime))
+            }
+            _ => None,
+        };
+        if let (Some(f), Some((owner, judgement, since))) = (&self.options.on_wait, holder()) {
+            *told = true;
+            f(&Waiting {
+                resource: t.resource.clone(),
+                lock: t.path.clone(),
+                owner,
+                judgement,
+                since,
+            });
+        }
+        let left = match self.options.wait {
+            Wait::Timeout(d) => Some(d.saturating_sub(sp.sys.monotonic() - self.started)),
+            _ => None,
+        };
+        let cancel = self.options.cancel.as_ref().map(|c| &*c.0);
+        match z.bounded(left, cancel, place.turn()).await {
+            Bounded::Done(()) => Ok(Some(place)),
+            Bounded::TimedOut => Err(Error::Timeout {
+                lock: t.path.clone(),
+                resource: t.resource.clone(),
+                waited: sp.sys.monotonic().saturating_sub(self.started),
+                owner: holder().map(|(owner, ..)| Box::new(owner)),
+            }),
+            Bounded::Cancelled => Err(Error::Cancelled {
+                lock: t.path.clone(),
+                resource: t.resource.clone(),
+            }),
+        }
+    }
+}
+
+/// Sleeps until the lock may have changed: released (moved away), its beacon dropped, its
+/// (beacon-less) holder exited, the wait's end passed, or the wait cancelled. Returns the
+/// watch it used, for the contender to keep until its publish is done.
+async fn wait_for_change<S: System>(
+    k: &Contender<'_, '_, S>,
+    w: &crate::protocol::Waiting<S>,
+    z: &impl Sleep<S>,
+) -> Result<Option<S::Watch>, Error> {
+    let cancel = k.cancel();
+    if w.on_beacon() && cancel.is_none() && w.until.is_none() {
+        // An unbounded wait on a beacon holder: sleep in the kernel's own lock handoff, where
+        // we can. The holder's release unlocks the beacon explicitly (for every copy a fork
+        // made of it), and its death closes it, so either wakes us.
+        match z.handoff(k.sys(), &w.dir) {
+            Some(Ok(())) => return Ok(None),
+            Some(Err(e)) if !is(&e, Errno::LockUnsupported) => return Err(k.wait_failed(e)),
+            _ => {}
+        }
+    }
+    let mut p = Patience::new(k, w);
+    while let Some((watching, timeout)) = p.next(k, w) {
+        let wake = z.sleep(k.sys(), watching, timeout, cancel).await;
+        let wake = wake.map_err(|e| k.wait_failed(e))?;
+        if wake == Wake::Cancelled {
+            return Err(k.cancelled());
+        }
+        if !p.woke(wake) {
+            break;
+        }
+    }
+    Ok(p.into_watch())
+}

@@ -1,0 +1,350 @@
+//! The driver under simulation: where a simulated process takes its lock ([`SimSite`]), and
+//! a simulated runtime of tasks ([`SimRuntime`]) that runs asynchronous acquisitions as a
+//! tokio runtime does, queued per lock, on the simulated system's wake-ups (which may be lost
+//! or merged), and cancelled by dropping their futures at any poll.
+//!
+//! A process with tasks runs them on its own thread: it polls each task that was woken, and
+//! when none is, it sleeps (a scheduling point) until the first sleeping task's timeout or
+//! its watch fires. Checked besides I1 to I9: a task whose acquisition is dropped leaves
+//! nothing behind (no candidate, no lock), and only one task of a process contends for the
+//! lock at a time (the head of its queue).
+
+use super::*;
+use crate::acquire::queue::Queue;
+use crate::acquire::{Acquisition, Bounded, Resolved, Site, Sleep};
+use crate::held::{Family, Who};
+use std::cell::{Cell, RefCell};
+use std::future::{poll_fn, Future};
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Weak;
+use std::task::{Context, Poll, Wake as _, Waker};
+
+/// Where a simulated process takes its lock: the lock directory, made again when a cleaner
+/// removed it. (The in-process refusals are the real process's, not simulated.)
+pub(crate) struct SimSite<'a> {
+    pub(crate) sys: &'a SimSys,
+}
+
+impl Site<SimSys> for SimSite<'_> {
+    fn sys(&self) -> &SimSys {
+        self.sys
+    }
+
+    fn open(&self) -> Result<(Arc<SimDir>, FileId), Error> {
+        let dir = self.sys.lock_dir();
+        let ino = self.sys.ino(&self.sys.world.lock(), &dir).unwrap_or(0);
+        Ok((dir, FileId { dev: 1, ino }))
+    }
+
+    fn space<'b>(&'b self, dir: &'b SimDir) -> Space<'b, SimSys> {
+        space(self.sys, dir)
+    }
+
+    fn refusals(&self, _: &SimDir, _: FileId, _: &Resolved, _: Who) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// The acquisition of the simulated lock by task `task` of the process of `sys`.
+pub(crate) fn acquisition(
+    sys: &SimSys,
+    wait: Wait,
+    grace: Duration,
+    task: usize,
+) -> Acquisition<SimSys, SimSite<'_>> {
+    let mut options = Options::new(wait);
+    options.grace = grace;
+    let target = Resolved {
+        name: LOCK.into(),
+        path: Path::new("/sim").join(LOCK),
+        resource: "sim".into(),
+        family: Family::Named,
+    };
+    Acquisition::new(SimSite { sys }, target, options, Who::Sim(sys.slot, task))
+}
+
+/// A task's sleep, registered with its runtime until it ends.
+struct Sleeper {
+    task: usize,
+    until: Option<Duration>,
+    watch: Option<SimWatch>,
+    /// Whether `until` is a look again's (see [`SimWatch::recheck`]), not the caller's.
+    capped: bool,
+    /// How it ended, once it has.
+    woke: Option<Wake>,
+}
+
+/// A simulated process's runtime: its tasks' sleeps and its queues.
+pub(crate) struct SimRuntime<'a> {
+    sys: &'a SimSys,
+    sleepers: RefCell<Vec<Sleeper>>,
+    queues: RefCell<HashMap<(FileId, String), Weak<Queue>>>,
+    wakers: Vec<Arc<Flag>>,
+}
+
+/// A task's waker: whether it was woken since it was last polled.
+struct Flag(AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl SimRuntime<'_> {
+    /// How the sleep of the task being polled ended, if it has (and its registration goes).
+    fn woke(&self) -> Option<Wake> {
+        let task = self.sys.task.get();
+        let mut sleepers = self.sleepers.borrow_mut();
+        let i = sleepers
+            .iter()
+            .position(|s| s.task == task && s.woke.is_some())?;
+        sleepers.remove(i).woke
+    }
+
+    fn register(&self, until: Option<Duration>, watch: Option<SimWatch>, capped: bool) {
+        let task = self.sys.task.get();
+        let mut sleepers = self.sleepers.borrow_mut();
+        sleepers.retain(|s| s.task != task);
+        sleepers.push(Sleeper {
+            task,
+            until,
+            watch,
+            capped,
+            woke: None,
+        });
+    }
+
+    fn forget(&self, task: usize) {
+        self.sleepers.borrow_mut().retain(|s| s.task != task);
+    }
+
+    /// Returns `Pending` once, woken: lets the process's other tasks run.
+    async fn yield_now(&self) {
+        let mut yielded = false;
+        poll_fn(|cx| {
+            if yielded {
+                return Poll::Ready(());
+            }
+            yielded = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// The sleep of a process none of whose tasks can run: until the first timeout, on the
+    /// first watch (with another watch besides, looking again at least every
+    /// [`SimWatch::RECHECK`]).
+    fn sleep_of(&self, now: Duration) -> (Option<Duration>, Option<SimWatch>) {
+        let sleepers = self.sleepers.borrow();
+        let mut until = sleepers.iter().filter_map(|s| s.until).min();
+        let mut watches = sleepers.iter().filter_map(|s| s.watch);
+        let watch = watches.next();
+        if watches.next().is_some() {
+            let again = now + SimWatch::RECHECK;
+            until = Some(until.map_or(again, |u| u.min(again)));
+        }
+        (until, watch)
+    }
+
+    /// After a sleep on `slept` (as the scheduler left it: re-armed if its notification was
+    /// lost): ends the sleeps whose time has come or whose watch fired, and wakes their tasks.
+    fn fire(&self, st: &State, yielded: Option<SimWatch>) {
+        let woke_on = st.procs[self.sys.slot].woke_on;
+        for s in self.sleepers.borrow_mut().iter_mut() {
+            if s.watch.is_some() && s.watch == yielded {
+                s.watch = woke_on; // a lost notification is lost for this sleeper too
+            }
+            let timed_out = s.until.is_some_and(|u| u <= st.mono);
+            let fired = s.watch.is_some_and(|w| w.fired(st));
+            if s.woke.is_none() && (timed_out || fired) {
+                s.woke = Some(if fired || s.capped {
+                    Wake::Changed
+                } else {
+                    Wake::TimedOut
+                });
+                self.wakers[s.task].wake_by_ref();
+            }
+        }
+    }
+}
+
+impl Sleep<SimSys> for SimRuntime<'_> {
+    fn real(&self) -> bool {
+        false
+    }
+
+    async fn sleep(
+        &self,
+        sys: &SimSys,
+        watch: Option<&SimWatch>,
+        timeout: Option<Duration>,
+        _: Option<&CancelHandle>,
+    ) -> io::Result<Wake> {
+        let recheck = watch
+            .filter(|w| w.recheck)
+            .map(|_| SimWatch::RECHECK)
+            .filter(|r| timeout.is_none_or(|t| t > *r));
+        let now = sys.monotonic();
+        let until = recheck.or(timeout).map(|t| now + t);
+        self.register(until, watch.copied(), recheck.is_some());
+        Ok(poll_fn(|_| self.woke().map_or(Poll::Pending, Poll::Ready)).await)
+    }
+
+    async fn bounded<T>(
+        &self,
+        timeout: Option<Duration>,
+        _: Option<&CancelHandle>,
+        fut: impl Future<Output = T>,
+    ) -> Bounded<T> {
+        let until = timeout.map(|t| self.sys.monotonic() + t);
+        let mut fut = pin!(fut);
+        let mut registered = false;
+        poll_fn(|cx| {
+            if let Poll::Ready(v) = fut.as_mut().poll(cx) {
+                self.forget(self.sys.task.get());
+                return Poll::Ready(Bounded::Done(v));
+            }
+            if self.woke().is_some() {
+                return Poll::Ready(Bounded::TimedOut);
+            }
+            if !registered && until.is_some() {
+                self.register(until, None, false);
+                registered = true;
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    fn handoff(&self, _: &SimSys, _: &SimDir) -> Option<io::Result<()>> {
+        None
+    }
+
+    fn queue(&self, dir: FileId, name: &str) -> Option<Arc<Queue>> {
+        let mut queues = self.queues.borrow_mut();
+        let key = (dir, name.to_owned());
+        if let Some(q) = queues.get(&key).and_then(Weak::upgrade) {
+            return Some(q);
+        }
+        let q = Arc::new(Queue::default());
+        queues.insert(key, Arc::downgrade(&q));
+        Some(q)
+    }
+}
+
+/// A process running `n` tasks, each of which takes the lock once (waiting as `wait` says),
+/// holds it across a yield to the others, and releases it. The acquisition of task
+/// `cancel.0` is dropped at its `cancel.1`-th pending poll, if it gets that far.
+pub(crate) fn tasks(sys: &SimSys, n: u8, wait: Wait, grace: Duration, cancel: Option<(u8, u8)>) {
+    let rt = SimRuntime {
+        sys,
+        sleepers: RefCell::new(Vec::new()),
+        queues: RefCell::new(HashMap::new()),
+        wakers: (0..n)
+            .map(|_| Arc::new(Flag(AtomicBool::new(true))))
+            .collect(),
+    };
+    let acquiring: Vec<Cell<bool>> = (0..n).map(|_| Cell::new(true)).collect();
+    let mut futures: Vec<Option<Pin<Box<dyn Future<Output = ()> + '_>>>> = (0..n as usize)
+        .map(|i| {
+            let (rt, acquiring) = (&rt, &acquiring[i]);
+            Some(Box::pin(task(sys, rt, i, wait, grace, acquiring))
+                as Pin<Box<dyn Future<Output = ()>>>)
+        })
+        .collect();
+    let mut pending = vec![0u8; n as usize];
+    loop {
+        let mut polled = false;
+        for i in 0..n as usize {
+            if futures[i].is_none() || !rt.wakers[i].0.swap(false, Ordering::SeqCst) {
+                continue;
+            }
+            polled = true;
+            sys.task.set(i);
+            let waker = Waker::from(rt.wakers[i].clone());
+            let fut = futures[i].as_mut().expect("checked");
+            if fut
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_ready()
+            {
+                futures[i] = None;
+                rt.forget(i);
+                continue;
+            }
+            pending[i] = pending[i].saturating_add(1);
+            if acquiring[i].get() && cancel == Some((i as u8, pending[i])) {
+                futures[i] = None; // the acquisition's future dropped, as a `select!` would
+                rt.forget(i);
+                left_nothing(sys, i);
+            }
+        }
+        if futures.iter().all(Option::is_none) {
+            return;
+        }
+        if !polled {
+            let (until, watch) = rt.sleep_of(sys.monotonic());
+            let st = sys
+                .world
+                .yield_point(sys.slot, Status::Sleeping { until, watch });
+            rt.fire(&st, watch);
+        }
+    }
+}
+
+/// One task: acquire, hold the lock across a yield to the other tasks and a system call,
+/// release (and leave the queue).
+async fn task(
+    sys: &SimSys,
+    rt: &SimRuntime<'_>,
+    i: usize,
+    wait: Wait,
+    grace: Duration,
+    acquiring: &Cell<bool>,
+) {
+    let got = acquisition(sys, wait, grace, i).run(rt).await;
+    acquiring.set(false);
+    match got {
+        Ok(got) => {
+            enter(sys);
+            rt.yield_now().await;
+            let _ = sys.meta_at(&got.dir, OWNER_FILE);
+            leave(sys);
+            let pid = sys.pid();
+            if let Err(e) = protocol::release(&space(sys, &got.dir), got.held, "sim", pid) {
+                report(sys, format!("I9/I1: p{}.{i} lost its lock: {e}", sys.slot));
+            }
+            drop(got.turn);
+        }
+        Err(e) if e.is_contended() => {}
+        Err(Error::Malformed { .. }) if intruded(sys) => {}
+        Err(e) => report(sys, format!("p{}.{i} failed to acquire: {e}", sys.slot)),
+    }
+}
+
+/// A dropped acquisition leaves nothing behind: no candidate and no lock of task `task`.
+fn left_nothing(sys: &SimSys, task: usize) {
+    let mut st = sys.world.lock();
+    let me = (sys.slot, task);
+    let left: Vec<String> = st
+        .dir_entries(st.d())
+        .map(|e| {
+            e.iter()
+                .filter(|(_, ino)| {
+                    st.record(**ino)
+                        .is_some_and(|o| st.tokens.get(&o.token) == Some(&me))
+                })
+                .map(|(n, _)| n.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !left.is_empty() {
+        st.violation(format!(
+            "a dropped acquisition of p{}.{task} left {left:?} behind",
+            sys.slot
+        ));
+    }
+}

@@ -2,6 +2,7 @@
 //! the process's one inotify instance and the holder's pidfd.
 
 use super::{cstr, no_exclusive_rename, owned, read_small, retry};
+pub(super) use libc::__errno_location as errno;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 

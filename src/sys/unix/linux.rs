@@ -181,7 +181,7 @@ impl Watch {
 /// directory they wait for (shared, counted, when several wait for the same one), each with an
 /// eventfd of its own; whichever waiter finds the instance readable reads every queued event
 /// and wakes the waiters of the watches they name. A forked child makes its own instance (see
-/// [`PerProcess`]).
+/// [`PerProcess`](crate::sys::PerProcess)).
 mod inotify {
     use super::super::{check, owned};
     use crate::sys::PerProcess;

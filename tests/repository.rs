@@ -10,8 +10,10 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// A file of the repository, with `\n` line ends whatever the checkout made them.
 fn read(path: &str) -> String {
-    fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    let text = fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.replace("\r\n", "\n")
 }
 
 /// The files under `dir` (relative to the root) whose names end in `suffix`, as `/` paths.

@@ -1,48 +1,18 @@
-//! Cross-process locks that survive crashes without ever letting two processes in at once.
+// The README is the crate's front page. Its links are relative, for GitHub; the definitions
+// below come first, and the first definition of a link wins, so on docs.rs they lead to the
+// repository (tests/repository.rs checks every README link has one here).
+//! [ARCHITECTURE.md]: https://github.com/dirlock/dirlock/blob/main/ARCHITECTURE.md
+//! [CHANGELOG.md]: https://github.com/dirlock/dirlock/blob/main/CHANGELOG.md
+//! [docs/async.md]: https://github.com/dirlock/dirlock/blob/main/docs/async.md
+//! [docs/command.md]: https://github.com/dirlock/dirlock/blob/main/docs/command.md
+//! [docs/design.md]: https://github.com/dirlock/dirlock/blob/main/docs/design.md
+//! [docs/evidence.md]: https://github.com/dirlock/dirlock/blob/main/docs/evidence.md
+//! [docs/limits.md]: https://github.com/dirlock/dirlock/blob/main/docs/limits.md
+//! [docs/performance.md]: https://github.com/dirlock/dirlock/blob/main/docs/performance.md
+//! [docs/platforms.md]: https://github.com/dirlock/dirlock/blob/main/docs/platforms.md
+#![doc = include_str!("../README.md")]
 //!
-//! Tools that work on a git checkout or a user's account (formatters, agents, installers,
-//! build helpers) take a lock so that two runs never mutate the same repository, or run the
-//! same setup, at the same time. A run killed by Ctrl-C, `SIGKILL` or a reboot never leaves a
-//! lock someone has to delete by hand: the next process takes it over, at once where the
-//! kernel proves the holder gone. (How: [`internals`].)
-//!
-//! # Taking a lock
-//!
-//! The closure helpers take a lock, run the work, and release it, also when the work panics:
-//!
-//! ```
-//! # let tmp = tempfile::tempdir()?;
-//! # let (root, home) = (tmp.path(), tmp.path());
-//! use dirlock::Locks;
-//!
-//! let locks = Locks::in_dir(tmp.path().join("locks"))?; // or Locks::new("myapp")
-//! locks.with_repository_lock(root, || Ok::<_, dirlock::Error>(()))?; // fails at once if held
-//! locks.with_global_setup_lock(home, || Ok::<_, dirlock::Error>(()))?; // waits while held
-//! locks.with_setup_locks(home, root, || Ok::<_, dirlock::Error>(()))?; // setup, then repository
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
-//!
-//! A [`LockRequest`] says how to take it, and gives a [`LockGuard`]:
-//!
-//! ```
-//! # let tmp = tempfile::tempdir()?;
-//! # let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
-//! use dirlock::Wait;
-//! use std::time::Duration;
-//!
-//! let guard = locks
-//!     .named_lock("deploy")                       // or repository_lock, path_lock, ...
-//!     .wait(Wait::Timeout(Duration::from_secs(5))) // or Wait::Forever, Wait::Immediately
-//!     .purpose("deploy 1.2")                       // shown to those who wait
-//!     .acquire()?;
-//! if let Some(dead) = guard.reclaimed_from() {
-//!     // A holder died holding it: its work may be half done.
-//!     eprintln!("taking over from pid {}", dead.pid);
-//! }
-//! guard.check()?; // still ours? (before a step that must not overlap another's)
-//! guard.release()?; // explicit and fallible; dropping the guard releases too
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! ## Locks, requests and guards
 //!
 //! Locks live in a lock directory ([`Locks`]): [`Locks::new`] for an application's per-user
 //! namespace under the temporary directory (`Locks::new("apnea")` shares the locks of the
@@ -50,9 +20,15 @@
 //! that only you can write, or one a group shares (mode 2770, setgid: its members take over
 //! each other's dead locks). A lock is for a repository ([`Locks::repository_lock`]), an
 //! account's setup ([`Locks::global_setup_lock`]), a file or directory
-//! ([`Locks::path_lock`]) or a name ([`Locks::named_lock`]).
+//! ([`Locks::path_lock`]) or a name ([`Locks::named_lock`]). The closure helpers
+//! ([`Locks::with_repository_lock`], [`Locks::with_global_setup_lock`],
+//! [`Locks::with_setup_locks`]) release also when the work panics; a [`LockRequest`] says how
+//! to take a lock ([`Wait`], [`LockRequest::purpose`], [`LockRequest::durable`]) and gives a
+//! [`LockGuard`], whose [`LockGuard::reclaimed_from`] names a holder that died holding it and
+//! whose [`LockGuard::check`] tells, before a step that must not overlap another's, that the
+//! lock is still yours.
 //!
-//! # When it is held
+//! ### When it is held
 //!
 //! Contention ([`Error::Locked`], [`Error::Stale`], [`Error::Guarded`], [`Error::Timeout`],
 //! [`Error::HeldByParent`]; [`Error::is_contended`] tells them from failures) names the lock
@@ -60,7 +36,7 @@
 //!
 //! ```
 //! # let tmp = tempfile::tempdir()?;
-//! # let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+//! let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
 //! let held = locks.named_lock("deploy").acquire()?;
 //! std::thread::scope(|s| {
 //!     s.spawn(|| match locks.named_lock("deploy").acquire() {
@@ -74,40 +50,18 @@
 //! ```
 //!
 //! A waiting acquisition sleeps until the holder releases or dies; [`LockRequest::on_wait`]
-//! tells you once whom it waits for, and a [`Cancel`] ends the wait from another thread.
+//! tells you once whom it waits for, and a [`Cancel`] ends the wait from another thread. With
+//! the `tokio` feature, `LockRequest::acquire_async` and the `_async` forms of the closure
+//! helpers wait the same way without holding a thread ([docs/async.md]).
 //!
-//! # Looking at locks
+//! ### Looking at locks
 //!
 //! [`LockRequest::status`] and [`Locks::statuses`] say who holds a lock and how it was judged,
 //! [`LockRequest::unlock`] removes a dead holder's lock for an operator, [`Locks::sweep`]
 //! removes leftovers, and [`diagnose`] tells whether a directory can host locks and which
 //! guarantees its filesystem keeps. None of them makes anything.
 //!
-//! # Asynchronous acquisition
-//!
-//! With the `tokio` feature, `LockRequest::acquire_async`, `LockRequest::run_async` and the
-//! `_async` forms of the closure helpers wait without holding a thread, parked in the
-//! runtime's reactor on the kernel's wake-ups; their options, defaults, errors and refusals
-//! are the blocking forms'. The tasks of one runtime that want the same lock are served in
-//! the order they asked. Dropping the future at any point leaves nothing behind. The runtime
-//! needs time and I/O enabled.
-//!
-//! # Guarantees
-//!
-//! - **Mutual exclusion**: two live processes never both hold a lock.
-//! - **No wedge**: a holder killed at any point leaves a lock that becomes acquirable again
-//!   by itself: at once when the kernel proves the holder gone, otherwise after the grace
-//!   period ([`DEFAULT_GRACE`], 60 s) when its pid says it is gone. A holder that runs, or
-//!   that cannot be judged from here (another host, pid namespace or operating system), is
-//!   never taken over.
-//! - **Loud loss**: [`LockGuard::release`] (and [`LockGuard::check`]) report a lock that was
-//!   taken away, and never touch another holder's lock.
-//! - **Private**: everything is made mode 0700/0600 whatever the umask; symlinks, another
-//!   user's directories and directories others can write are refused, naming the path.
-//! - **Durable**: the record is fsynced before the lock is published (turn off with
-//!   [`LockRequest::durable`]).
-//!
-//! # Within one process
+//! ### Within one process
 //!
 //! Taking a lock the *same thread* already holds fails at once with [`Error::AlreadyHeld`]
 //! (waiting would never end). Taking the global setup lock on a thread that holds a repository
@@ -121,8 +75,9 @@
 //! [`LockGuard::keep_alive_in`] (as `dirlock run` spawns its command). Tasks count as threads
 //! for these rules, with the `tokio` feature.
 //!
-//! The limits, the platforms and the evidence are in the repository's `docs/` directory.
+//! How it works inside: [`internals`].
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![deny(rustdoc::broken_intra_doc_links)]
 
 mod acquire;
 mod doctor;

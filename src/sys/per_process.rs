@@ -117,7 +117,7 @@ pub(crate) fn identity(read: impl FnOnce() -> Identity) -> Identity {
     IDENTITY.lock().get_or_insert_with(read).clone()
 }
 
-/// See [`System::own_token`].
+/// See [`System::own_token`](super::System::own_token).
 pub(crate) fn own_token(token: &str, own: bool) {
     let mut set = TOKENS.lock();
     if own {
@@ -127,7 +127,7 @@ pub(crate) fn own_token(token: &str, own: bool) {
     }
 }
 
-/// See [`System::wrote`].
+/// See [`System::wrote`](super::System::wrote).
 pub(crate) fn wrote(token: &str) -> bool {
     TOKENS.lock().contains(token)
 }

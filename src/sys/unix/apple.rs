@@ -2,6 +2,7 @@
 //! `proc_pidinfo`, the boot session UUID from `sysctl`, and waiting with [`super::kqueue`].
 
 use super::{cstr, no_exclusive_rename, retry};
+pub(super) use libc::__error as errno;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -3,6 +3,7 @@
 //! `sysctl(KERN_PROC_PID)`, no boot identity, and waiting with [`super::kqueue`].
 
 use super::no_exclusive_rename;
+pub(super) use libc::__error as errno;
 use std::io;
 use std::os::fd::OwnedFd;
 

@@ -2,6 +2,7 @@
 //! the process's one inotify instance and the holder's pidfd.
 
 use super::{cstr, no_exclusive_rename, owned, read_small, retry};
+pub(super) use libc::__errno_location as errno;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -180,7 +181,7 @@ impl Watch {
 /// directory they wait for (shared, counted, when several wait for the same one), each with an
 /// eventfd of its own; whichever waiter finds the instance readable reads every queued event
 /// and wakes the waiters of the watches they name. A forked child makes its own instance (see
-/// [`PerProcess`]).
+/// [`PerProcess`](crate::sys::PerProcess)).
 mod inotify {
     use super::super::{check, owned};
     use crate::sys::PerProcess;

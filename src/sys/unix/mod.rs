@@ -126,16 +126,8 @@ pub(super) fn monotonic() -> Duration {
 
 /// Resets the thread's `errno`, so that a null `readdir` can tell end-of-stream from error.
 fn clear_errno() {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    // SAFETY: errno is thread-local and always addressable.
-    unsafe {
-        *libc::__errno_location() = 0
-    };
-    #[cfg(any(target_os = "macos", target_os = "ios", target_os = "freebsd"))]
-    // SAFETY: errno is thread-local and always addressable.
-    unsafe {
-        *libc::__error() = 0
-    };
+    // SAFETY: the platform's errno location is the calling thread's `errno`, always addressable.
+    unsafe { *platform::errno() = 0 };
 }
 
 pub(super) fn owned(fd: libc::c_int) -> OwnedFd {

@@ -3,6 +3,39 @@
 //! boot identity is recorded (pid evidence alone; a reused pid judges a dead owner live, which
 //! fails closed), and waiters back off instead of being woken by the kernel.
 
+// The thread's `errno`, by each C library's name for it (std's own list): a directory listing
+// clears it to tell its end from an error.
+#[cfg(target_os = "aix")]
+pub(super) use libc::_Errno as errno;
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+pub(super) use libc::___errno as errno;
+#[cfg(any(
+    target_os = "netbsd",
+    target_os = "openbsd",
+    target_os = "android",
+    target_os = "cygwin",
+    target_os = "nuttx",
+    target_env = "newlib"
+))]
+pub(super) use libc::__errno as errno;
+#[cfg(any(
+    target_os = "dragonfly",
+    target_os = "emscripten",
+    target_os = "hurd",
+    target_os = "l4re",
+    target_os = "redox"
+))]
+pub(super) use libc::__errno_location as errno;
+#[cfg(any(
+    target_os = "ios",
+    target_os = "tvos",
+    target_os = "watchos",
+    target_os = "visionos"
+))]
+pub(super) use libc::__error as errno;
+#[cfg(target_os = "haiku")]
+pub(super) use libc::_errnop as errno;
+
 use super::no_exclusive_rename;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};

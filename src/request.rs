@@ -331,7 +331,7 @@ impl LockRequest {
     /// paused (tokio's `test-util`).
     ///
     /// The tasks of this runtime waiting for the same lock are served in the order they
-    /// asked; see the [module docs](crate#asynchronous-acquisition).
+    /// asked, first come, first served.
     ///
     /// Dropping the future (a `select!`, a `tokio::time::timeout`) cancels the acquisition
     /// and leaves nothing behind.

@@ -5,8 +5,8 @@ use crate::protocol::{Contender, Waiting};
 use crate::sys::{System, Wake};
 use std::time::Duration;
 
-/// The sleeps of a [`Next::Wait`](crate::protocol::Next::Wait), for the blocking and the asynchronous waiter alike: on the
-/// watch until the lock changed, with wake-ups that changed nothing filtered (with no new
+/// The sleeps of a [`Next::Wait`](crate::protocol::Next::Wait), for a thread and a task alike:
+/// on the watch until the lock changed, with wake-ups that changed nothing filtered (with no new
 /// opens of the lock directory: an open and close by us would wake every other waiter), and
 /// backoff pauses where nothing can wake us or wake-ups keep changing nothing. No sleep on
 /// the watch lasts longer than [`System::look_again`] (a lost notification costs that long,

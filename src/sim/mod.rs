@@ -1,8 +1,9 @@
 //! Deterministic simulation of the protocol (test builds only).
 //!
-//! The protocol code itself ([`protocol::acquire`], [`protocol::release`], [`crate::sweep::sweep`],
-//! [`crate::reclaim::unlock`] and the reclaim under them) runs over [`SimSys`], an in-memory model of
-//! the few system calls of the [`System`] seam: directories and files with modes and mtimes,
+//! The crate's own code (the acquisition driver [`crate::acquire`], blocking and with tasks,
+//! [`protocol::release`], [`crate::sweep::sweep`], [`crate::reclaim::unlock`], the reclaim
+//! under them and [`crate::inspect::status`]) runs over [`SimSys`], an in-memory model of the
+//! few system calls of the [`System`] seam: directories and files with modes and mtimes,
 //! open file descriptions with `flock`s, processes with pids and start times, a virtual clock,
 //! and inotify-like change counters. Each simulated process runs its script on an OS thread of
 //! its own, but only one runs at a time: every system call is a scheduling point where it hands

@@ -94,7 +94,8 @@ pub(crate) struct Config {
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
 /// mirror): the first bytes choose 2 to 4 processes and their scripts (a byte from 240 up: a
-/// runtime of tasks; from 224, a prober) and whether flock works (or an intruder's empty directory), the rest
+/// runtime of tasks; from 224, a prober; from 208, another thread of the process before)
+/// and whether flock works (or an intruder's empty directory), the rest
 /// drive every scheduling decision and crash.
 ///
 /// # Errors
@@ -121,6 +122,16 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
             }
             if b >= 224 {
                 return Script::Prober;
+            }
+            if b >= 208 {
+                // Another thread of the process before it.
+                return Script::Thread {
+                    wait: if b % 2 == 0 {
+                        Wait::Forever
+                    } else {
+                        Wait::Immediately
+                    },
+                };
             }
             match b % 12 {
                 11 => Script::Forker {

@@ -88,9 +88,13 @@ impl SimWatch {
     }
 }
 
+/// A simulated thread: the first of its process, or another thread of it (same pid and start
+/// time, the same tokens written).
 #[derive(Debug)]
 pub(crate) struct Proc {
     pub(crate) pid: u32,
+    /// The slot of its process's first thread (its own, for that one).
+    pub(crate) process: usize,
     pub(crate) start: u64,
     pub(crate) alive: bool,
     pub(crate) crashed: bool,
@@ -98,6 +102,20 @@ pub(crate) struct Proc {
     /// The watch of the sleep it last woke from, as the scheduler left it (re-armed when its
     /// notification was lost).
     pub(crate) woke_on: Option<SimWatch>,
+}
+
+impl Proc {
+    pub(crate) fn new(pid: u32, start: u64, process: usize) -> Proc {
+        Proc {
+            pid,
+            process,
+            start,
+            alive: true,
+            crashed: false,
+            status: Status::Starting,
+            woke_on: None,
+        }
+    }
 }
 
 pub(crate) struct State {
@@ -141,7 +159,8 @@ pub(crate) struct State {
     pub(crate) exclusive: Option<usize>,
     /// Whether a cleaner removed the lock directory (it is made anew).
     pub(crate) replaced: bool,
-    /// The tokens each process wrote and is not done with (`System::own_token`).
+    /// The tokens each process (by its first thread's slot) wrote and is not done with
+    /// (`System::own_token`).
     pub(crate) owned: std::collections::HashSet<(usize, String)>,
     /// What a forked child (by slot) inherited of the lock its parent held at the fork.
     pub(crate) forks: HashMap<usize, Inherited>,
@@ -423,12 +442,23 @@ impl State {
         }
     }
 
+    /// Kills the process of thread `slot`, as `SIGKILL` would: every thread of it (the others
+    /// unwind when they are next picked).
     pub(crate) fn crash(&mut self, slot: usize) {
-        let p = &mut self.procs[slot];
-        p.alive = false;
-        p.crashed = true;
-        self.close_all(slot);
-        self.inside.retain(|(s, _)| *s != slot);
+        let process = self.procs[slot].process;
+        for s in 0..self.procs.len() {
+            let p = &mut self.procs[s];
+            if p.process != process || p.status == Status::Done {
+                continue;
+            }
+            p.alive = false;
+            p.crashed = true;
+            if s != slot && matches!(p.status, Status::Sleeping { .. }) {
+                p.status = Status::Ready;
+            }
+            self.close_all(s);
+            self.inside.retain(|(i, _)| *i != s);
+        }
         self.trace.push(format!("CRASH p{slot}"));
     }
 

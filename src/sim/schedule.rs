@@ -113,7 +113,7 @@ pub(crate) fn schedule_from(
     strategy: &mut dyn Strategy,
     recovery: bool,
 ) -> usize {
-    add_processes(world, first, scripts.len(), recovery);
+    add_processes(world, first, scripts, recovery);
     {
         let mut st = world.lock();
         st.progressed = st.mono;
@@ -139,22 +139,25 @@ pub(crate) fn schedule_from(
     run.steps
 }
 
-/// Makes the processes of slots `first..first + n`, not yet started. A recovery process
-/// reuses a crashed process's pid (with its own start time).
-fn add_processes(world: &World, first: usize, n: usize, recovery: bool) {
+/// Makes the threads of slots `first..`, one per script, not yet started: each the first
+/// thread of a process of its own, but a [`Script::Thread`] after another script, which is
+/// a thread of that one's process. A recovery process reuses a crashed process's pid (with
+/// its own start time).
+fn add_processes(world: &World, first: usize, scripts: &[Script], recovery: bool) {
     let mut st = world.lock();
-    for slot in first..first + n {
+    for (i, script) in scripts.iter().enumerate() {
+        let slot = first + i;
+        if let (Script::Thread { .. }, Some(before)) = (script, i.checked_sub(1)) {
+            let process = st.procs[first + before].process;
+            let (pid, start) = (st.procs[process].pid, st.procs[process].start);
+            st.procs.push(Proc::new(pid, start, process));
+            continue;
+        }
         let reused = recovery
             .then(|| st.procs.iter().find(|p| p.crashed).map(|p| p.pid))
             .flatten();
-        st.procs.push(Proc {
-            pid: reused.unwrap_or(100 + slot as u32),
-            start: 1000 + slot as u64,
-            alive: true,
-            crashed: false,
-            status: Status::Starting,
-            woke_on: None,
-        });
+        let pid = reused.unwrap_or(100 + slot as u32);
+        st.procs.push(Proc::new(pid, 1000 + slot as u64, slot));
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) enum Script {
     /// The child of the [`Script::Forker`] before it: drops its copy of the parent's guard,
     /// which must do nothing, then waits for the lock (a while) like any other process.
     Forked,
+    /// Another thread of the process before it (the first script: a process of its own),
+    /// which takes the lock twice, blocking.
+    Thread { wait: Wait },
     /// A process whose runtime runs `n` tasks, each taking the lock once asynchronously
     /// (see [`tasks`](super::tasks::tasks)); `cancel`: which task's acquisition is dropped,
     /// at which of its pending polls.
@@ -154,6 +157,11 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
         Script::Forker { wait } => work(sys, wait, grace, recovery, Some(sys.slot + 1)),
         Script::Forked => forked(sys, grace),
         Script::Tasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel),
+        Script::Thread { wait } => {
+            for _ in 0..2 {
+                work(sys, wait, grace, recovery, None);
+            }
+        }
     }
 }
 

@@ -160,18 +160,18 @@ impl System for SimSys {
 
     fn own_token(&self, token: &str, own: bool) {
         let mut st = self.world.lock();
+        let process = st.procs[self.slot].process;
         if own {
-            st.owned.insert((self.slot, token.to_owned()));
+            st.owned.insert((process, token.to_owned()));
         } else {
-            st.owned.remove(&(self.slot, token.to_owned()));
+            st.owned.remove(&(process, token.to_owned()));
         }
     }
 
     fn wrote(&self, token: &str) -> bool {
-        self.world
-            .lock()
-            .owned
-            .contains(&(self.slot, token.to_owned()))
+        let st = self.world.lock();
+        let process = st.procs[self.slot].process;
+        st.owned.contains(&(process, token.to_owned()))
     }
 
     fn open_dir_path(&self, _: &Path) -> io::Result<SimDir> {

@@ -432,8 +432,9 @@ fn tasks(n: u8, wait: Wait, cancel: Option<(u8, u8)>) -> Script {
 
 /// Every schedule, within two preemptions, of a runtime of two tasks beside a blocking
 /// worker, for each way of dropping one task's acquisition at one of its first polls (or
-/// none): the queue serves them in turn, a dropped acquisition leaves nothing behind, and
-/// the worker and the tasks exclude each other.
+/// none), and beside a blocking thread of its own process: the queue serves them in turn, a
+/// dropped acquisition leaves nothing behind, and the others and the tasks exclude each
+/// other.
 #[test]
 fn tasks_beside_a_worker_exhaustively_within_bounds() {
     let limit: usize = std::env::var("SIM_LIMIT")
@@ -451,6 +452,14 @@ fn tasks_beside_a_worker_exhaustively_within_bounds() {
         cfg.preemptions = Some(2);
         explored.push(exhaustive(&cfg, limit).unwrap_or_else(|v| panic!("{cancel:?}: {v}")));
     }
+    // A blocking thread of the runtime's own process, beside its tasks.
+    let thread = Script::Thread {
+        wait: Wait::Forever,
+    };
+    let mut cfg = config(vec![tasks(2, Wait::Forever, None), thread], Mutant::None);
+    cfg.crashes = 0;
+    cfg.preemptions = Some(2);
+    explored.push(exhaustive(&cfg, limit).unwrap_or_else(|v| panic!("a thread beside: {v}")));
     eprintln!("exhaustive with tasks: {explored:?} schedules");
     assert!(
         explored.iter().all(|n| *n > 20),
@@ -458,8 +467,9 @@ fn tasks_beside_a_worker_exhaustively_within_bounds() {
     );
 }
 
-/// Random schedules of runtimes of tasks (some acquisitions dropped, some timing out),
-/// blocking workers, a sweeper and a temp cleaner, with crashes, with and without flock,
+/// Random schedules of runtimes of tasks (some acquisitions dropped, some timing out), a
+/// blocking thread beside one runtime in its process, blocking workers, a sweeper and a temp
+/// cleaner, with crashes (which take a process's threads and tasks together), with and without flock,
 /// with lost notifications and without pidfd.
 #[test]
 fn random_schedules_of_tasks_and_processes() {
@@ -473,6 +483,9 @@ fn random_schedules_of_tasks_and_processes() {
         for cancel in [None, Some((1, 1)), Some((0, 3))] {
             let scripts = vec![
                 tasks(3, Wait::Forever, cancel),
+                Script::Thread {
+                    wait: Wait::Forever,
+                },
                 tasks(2, Wait::Timeout(Duration::from_secs(3)), None),
                 Script::Worker {
                     rounds: 2,

@@ -69,7 +69,7 @@ def library_lines(path):
     for line in path.read_text().splitlines():
         s = line.strip()
         c = code(line)
-        if s.startswith("#[cfg(test)]"):
+        if s.startswith("#[cfg(test)]") or s.startswith("#[cfg(all(test"):
             pending_test = True
         elif pending_test and re.match(r"(pub(\(crate\))?\s+)?mod\s+\w+\s*\{", s):
             skip_depth, pending_test = depth, False

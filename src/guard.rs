@@ -36,34 +36,27 @@ pub struct LockGuard {
 
 impl LockGuard {
     /// The guard of what `acquisition` won, registered as its acquirer's.
-    pub(crate) fn new(
-        acquisition: Acquisition<Real, Arc<LockDir>>,
-        won: Acquired<Real>,
-    ) -> LockGuard {
-        let Acquisition {
-            site: lock_dir,
-            target,
-            who,
-            ..
-        } = acquisition;
-        let Acquired {
-            held,
-            dir,
-            dir_id,
-            turn,
-        } = won;
+    pub(crate) fn new(acquisition: Acquisition<Real, Arc<LockDir>>, won: Acquired<Real>) -> Self {
+        let (lock_dir, t, held) = (acquisition.site, acquisition.target, won.held);
         let path = lock_dir.path.join(&held.name);
-        let serial = register(dir_id, &held.name, held.id, target.family, &path, who);
+        let serial = register(
+            won.dir_id,
+            &held.name,
+            held.id,
+            t.family,
+            &path,
+            acquisition.who,
+        );
         LockGuard {
             acquirer: held.owner.pid,
             held: Some(held),
             lock_dir,
-            dir,
-            dir_id,
+            dir: won.dir,
+            dir_id: won.dir_id,
             path,
-            resource: target.resource,
+            resource: t.resource,
             serial,
-            turn,
+            turn: won.turn,
         }
     }
 

@@ -116,8 +116,9 @@ impl LockRequest {
         self
     }
 
-    /// The lock's name and a description of what it protects.
-    pub(crate) fn resolve(&self) -> Result<(String, String, Family), Error> {
+    /// What the request is for, resolved: the lock's name and path, a description of what it
+    /// protects, and its family.
+    pub(crate) fn resolve(&self) -> Result<Resolved, Error> {
         let canonical = |p: &Path, what: &'static str| {
             let real = crate::paths::real_path(p).map_err(|e| Error::io(what, p, e))?;
             if !real.is_dir() {
@@ -128,31 +129,26 @@ impl LockRequest {
             }
             Ok(real)
         };
-        Ok(match &self.target {
+        let (name, resource, family) = match &self.target {
             Target::Repository(root) => {
                 let root = canonical(root, "resolve the repository root")?;
-                (
-                    paths::repository_lock_name(&root),
-                    format!("repository {}", root.display()),
-                    Family::Repository,
-                )
+                let what = format!("repository {}", root.display());
+                (paths::repository_lock_name(&root), what, Family::Repository)
             }
             Target::GlobalSetup(home) => {
                 let home = canonical(home, "resolve the account home")?;
+                let what = format!("global setup of {}", home.display());
                 (
                     paths::global_setup_lock_name(&home),
-                    format!("global setup of {}", home.display()),
+                    what,
                     Family::GlobalSetup,
                 )
             }
             Target::Path(path) => {
                 let real = paths::file_identity(path)
                     .map_err(|e| Error::io("resolve the path", path, e))?;
-                (
-                    paths::path_lock_name(&real),
-                    format!("path {}", real.display()),
-                    Family::Named,
-                )
+                let what = format!("path {}", real.display());
+                (paths::path_lock_name(&real), what, Family::Named)
             }
             Target::Named(name) => {
                 let on_disk = paths::named_lock_name(name).map_err(|p| Error::InvalidInput {
@@ -161,6 +157,12 @@ impl LockRequest {
                 })?;
                 (on_disk, format!("named lock {name}"), Family::Named)
             }
+        };
+        Ok(Resolved {
+            path: self.dir.path.join(&name),
+            name,
+            resource,
+            family,
         })
     }
 
@@ -171,7 +173,7 @@ impl LockRequest {
     ///
     /// When the repository root or home cannot be resolved, or the lock name is invalid.
     pub fn resource(&self) -> Result<String, Error> {
-        Ok(self.resolve()?.1)
+        Ok(self.resolve()?.resource)
     }
 
     /// The path of the lock this request is for.
@@ -180,7 +182,7 @@ impl LockRequest {
     ///
     /// When the repository root or home cannot be resolved, or the lock name is invalid.
     pub fn path(&self) -> Result<PathBuf, Error> {
-        Ok(self.dir.path.join(self.resolve()?.0))
+        Ok(self.resolve()?.path)
     }
 
     /// Takes the lock.
@@ -198,21 +200,10 @@ impl LockRequest {
         Ok(LockGuard::new(acquisition, acquired))
     }
 
-    /// What an acquisition takes: see [`Target`].
-    pub(crate) fn target(&self) -> Result<Resolved, Error> {
-        let (name, resource, family) = self.resolve()?;
-        Ok(Resolved {
-            path: self.dir.path.join(&name),
-            name,
-            resource,
-            family,
-        })
-    }
-
     /// The acquisition of this request by `who` (this thread, or an asynchronous
     /// acquisition's task), its clock started.
     fn acquisition(self, who: Who) -> Result<Acquisition<Real, Arc<LockDir>>, Error> {
-        let target = self.target()?;
+        let target = self.resolve()?;
         Ok(Acquisition::new(self.dir, target, self.options, who))
     }
 
@@ -222,7 +213,7 @@ impl LockRequest {
     ///
     /// When the lock directory cannot be read, or the request cannot be resolved.
     pub fn status(&self) -> Result<Status, Error> {
-        let (name, _, _) = self.resolve()?;
+        let name = self.resolve()?.name;
         let Some((dir, _)) = self.dir.existing()? else {
             // Nothing was ever locked in a directory that does not exist.
             return Ok(Status::free(
@@ -254,7 +245,7 @@ impl LockRequest {
     /// [`Error::Malformed`] without `force`, or when its beacon is held; [`Error::Guarded`]
     /// when another process is reclaiming; [`Error::Io`].
     pub fn unlock(&self, force: bool) -> Result<Unlocked, Error> {
-        let (name, resource, _) = self.resolve()?;
+        let Resolved { name, resource, .. } = self.resolve()?;
         let me = Real.identity();
         // A lock directory removed under it (a temp cleaner) is looked at again, made anew: the
         // lock is not there (not locked), rather than an I/O error.

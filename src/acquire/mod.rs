@@ -41,7 +41,9 @@ pub(crate) struct Resolved {
 #[allow(async_fn_in_trait)] // crate-private: the callers are this crate's, each concrete
 pub(crate) trait Sleep<S: System> {
     /// Whether the places it takes in queues are this real process's (see [`Place::join`]).
-    fn real(&self) -> bool;
+    fn real(&self) -> bool {
+        true
+    }
 
     /// Sleeps on `watch` (`None`: a pause) for at most `timeout` (`None`: until woken), unless
     /// `cancel` fires first.
@@ -54,21 +56,28 @@ pub(crate) trait Sleep<S: System> {
     ) -> io::Result<Wake>;
 
     /// Runs `fut` for at most `timeout` (`None`: as long as it takes) unless `cancel` fires.
+    /// (A thread never needs to: it takes no place in a queue.)
     async fn bounded<T>(
         &self,
-        timeout: Option<Duration>,
-        cancel: Option<&CancelHandle>,
+        _timeout: Option<Duration>,
+        _cancel: Option<&CancelHandle>,
         fut: impl Future<Output = T>,
-    ) -> Bounded<T>;
+    ) -> Bounded<T> {
+        Bounded::Done(fut.await)
+    }
 
     /// Sleeps in the kernel's own lock handoff until the beacon `dir` is let go, where this
     /// way of sleeping can (a thread can; a task, which must not block its thread, cannot:
     /// `None`).
-    fn handoff(&self, sys: &S, dir: &S::Dir) -> Option<io::Result<()>>;
+    fn handoff(&self, _sys: &S, _dir: &S::Dir) -> Option<io::Result<()>> {
+        None
+    }
 
     /// The queue of its tasks for the lock `name` in the lock directory `dir` (`None`: a
     /// thread, which does not queue).
-    fn queue(&self, dir: FileId, name: &str) -> Option<Arc<Queue>>;
+    fn queue(&self, _dir: FileId, _name: &str) -> Option<Arc<Queue>> {
+        None
+    }
 }
 
 /// How a [`Sleep::bounded`] run ended.
@@ -83,10 +92,6 @@ pub(crate) enum Bounded<T> {
 pub(crate) struct Blocking;
 
 impl<S: System> Sleep<S> for Blocking {
-    fn real(&self) -> bool {
-        true
-    }
-
     async fn sleep(
         &self,
         sys: &S,
@@ -97,23 +102,8 @@ impl<S: System> Sleep<S> for Blocking {
         sys.sleep(watch, timeout, cancel)
     }
 
-    async fn bounded<T>(
-        &self,
-        _: Option<Duration>,
-        _: Option<&CancelHandle>,
-        fut: impl Future<Output = T>,
-    ) -> Bounded<T> {
-        // Never called: a thread takes no place in a queue (see `queue`), and nothing else
-        // waits on another future.
-        Bounded::Done(fut.await)
-    }
-
     fn handoff(&self, sys: &S, dir: &S::Dir) -> Option<io::Result<()>> {
         Some(sys.wait_shared(dir))
-    }
-
-    fn queue(&self, _: FileId, _: &str) -> Option<Arc<Queue>> {
-        None
     }
 }
 

@@ -30,10 +30,6 @@ impl Tokio {
 }
 
 impl Sleep<Real> for Tokio {
-    fn real(&self) -> bool {
-        true
-    }
-
     async fn sleep(
         &self,
         _: &Real,
@@ -65,10 +61,6 @@ impl Sleep<Real> for Tokio {
             Either::A(None) => Bounded::TimedOut,
             Either::B(()) => Bounded::Cancelled,
         }
-    }
-
-    fn handoff(&self, _: &Real, _: &crate::sys::RealDir) -> Option<io::Result<()>> {
-        None // a blocking flock would hold the runtime's thread
     }
 
     fn queue(&self, dir: FileId, name: &str) -> Option<Arc<Queue>> {

@@ -219,10 +219,6 @@ impl Sleep<SimSys> for SimRuntime<'_> {
         .await
     }
 
-    fn handoff(&self, _: &SimSys, _: &SimDir) -> Option<io::Result<()>> {
-        None
-    }
-
     fn queue(&self, dir: FileId, name: &str) -> Option<Arc<Queue>> {
         let mut queues = self.queues.borrow_mut();
         let key = (dir, name.to_owned());

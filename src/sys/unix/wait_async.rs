@@ -10,7 +10,7 @@ use crate::sys::Wake;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::task::Poll;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -70,16 +70,7 @@ pub(crate) async fn sleep_async(
     if cancel.is_some_and(|c| c.is_fired()) {
         return Ok(Wake::Cancelled);
     }
-    let mut fds = Vec::new();
-    let mut unregistered = false;
-    for (slot, fd) in watch.map_or([-1; 3], Watch::fds).into_iter().enumerate() {
-        if fd >= 0 {
-            match registered(fd) {
-                Ok(r) => fds.push((slot, r)),
-                Err(_) => unregistered = true,
-            }
-        }
-    }
+    let (fds, unregistered) = registrations(watch);
     let recheck = watch
         .and_then(Watch::recheck)
         .into_iter()
@@ -94,21 +85,10 @@ pub(crate) async fn sleep_async(
                     return Poll::Ready(Ok(Ready::Cancelled));
                 }
             }
-            let mut ready = [false; 3];
-            for (slot, fd) in &fds {
-                match fd.poll_read_ready(cx) {
-                    // Edge-triggered: what made it readable is consumed by `woken` (or does
-                    // not matter: a pidfd stays readable once its process is gone).
-                    Poll::Ready(Ok(mut guard)) => {
-                        guard.clear_ready();
-                        ready[*slot] = true;
-                    }
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                    Poll::Pending => {}
-                }
-            }
-            if ready.contains(&true) {
-                return Poll::Ready(Ok(Ready::Watch(ready)));
+            match readable(&fds, cx) {
+                Ok(ready) if ready.contains(&true) => return Poll::Ready(Ok(Ready::Watch(ready))),
+                Ok(_) => {}
+                Err(e) => return Poll::Ready(Err(e)),
             }
             if let Some(r) = recheck.as_mut().as_pin_mut() {
                 if r.poll(cx).is_ready() {
@@ -130,4 +110,39 @@ pub(crate) async fn sleep_async(
             }
         }
     }
+}
+
+/// The watch's descriptors registered with the reactor, by their place in [`Watch::fds`], and
+/// whether any could not be.
+fn registrations(watch: Option<&Watch>) -> (Vec<(usize, AsyncFd<OwnedFd>)>, bool) {
+    let mut fds = Vec::new();
+    let mut unregistered = false;
+    for (slot, fd) in watch.map_or([-1; 3], Watch::fds).into_iter().enumerate() {
+        if fd >= 0 {
+            match registered(fd) {
+                Ok(r) => fds.push((slot, r)),
+                Err(_) => unregistered = true,
+            }
+        }
+    }
+    (fds, unregistered)
+}
+
+/// Which of the registered descriptors `fds` are readable now (registering `cx` with the
+/// others).
+fn readable(fds: &[(usize, AsyncFd<OwnedFd>)], cx: &mut Context<'_>) -> io::Result<[bool; 3]> {
+    let mut ready = [false; 3];
+    for (slot, fd) in fds {
+        match fd.poll_read_ready(cx) {
+            // Edge-triggered: what made it readable is consumed by `woken` (or does not
+            // matter: a pidfd stays readable once its process is gone).
+            Poll::Ready(Ok(mut guard)) => {
+                guard.clear_ready();
+                ready[*slot] = true;
+            }
+            Poll::Ready(Err(e)) => return Err(e),
+            Poll::Pending => {}
+        }
+    }
+    Ok(ready)
 }

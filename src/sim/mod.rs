@@ -117,7 +117,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
                     } else {
                         Wait::Timeout(Duration::from_secs(3))
                     },
-                    cancel: (k >= 4).then_some((k % 2, k / 4 * 2 - 1)),
+                    cancel: (k >= 4).then(|| (k % 2, k / 4 * 2 - 1)),
                 };
             }
             if b >= 224 {

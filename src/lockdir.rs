@@ -71,10 +71,6 @@ fn identified(dir: RealDir, path: &Path) -> Result<Opened, Error> {
     Ok((Arc::new(dir), id))
 }
 
-fn unopened() -> Option<Opened> {
-    None
-}
-
 impl std::fmt::Debug for LockDir {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockDir")
@@ -257,6 +253,13 @@ fn shared_group(
     }
 }
 
+/// Opens `dir`, where private directories are made, once [`check_ancestors`] trusts it (`fix`:
+/// what to do if not; `op`: the operation an error names).
+fn open_parent(dir: &Path, uid: u32, fix: &str, op: &'static str) -> Result<RealDir, Error> {
+    check_ancestors(dir, uid, fix)?;
+    Real.open_dir_path(dir).map_err(|e| Error::io(op, dir, e))
+}
+
 /// The path of the lock directory `origin` names.
 fn path_of(origin: &Origin, uid: u32) -> PathBuf {
     match origin {
@@ -274,14 +277,12 @@ fn open_origin(
 ) -> Result<Option<(RealDir, Option<u32>)>, Error> {
     match origin {
         Origin::App { temp, app } => {
-            check_ancestors(
+            let tmp = open_parent(
                 temp,
                 uid,
                 "point TMPDIR at a directory that only you (or root) can write, such as $XDG_RUNTIME_DIR",
+                "open the temporary directory",
             )?;
-            let tmp = Real
-                .open_dir_path(temp)
-                .map_err(|e| Error::io("open the temporary directory", temp, e))?;
             let base_name = crate::sys::base_name(app, uid);
             let Some((base, _)) =
                 open_private(&tmp, temp, &base_name, uid, Role::Namespace, create)?
@@ -312,14 +313,12 @@ fn open_origin(
                     })
                 }
             };
-            check_ancestors(
+            let p = open_parent(
                 parent,
                 uid,
                 "choose a lock directory whose parents only you (or root) can write",
+                "open the parent of the lock directory",
             )?;
-            let p = Real
-                .open_dir_path(parent)
-                .map_err(|e| Error::io("open the parent of the lock directory", parent, e))?;
             open_private(&p, parent, name, uid, Role::Chosen, create)
         }
     }
@@ -342,7 +341,7 @@ impl LockDir {
         Ok(LockDir {
             path,
             origin,
-            dir: PerProcess::with(opened, unopened),
+            dir: PerProcess::with(opened, || None),
             uid,
             shared,
         })

@@ -73,10 +73,16 @@ pub(crate) fn check_app(app: &str) -> Result<(), &'static str> {
     if app.len() > 100 {
         return Err("it is longer than 100 bytes");
     }
-    if app.starts_with('.') {
+    check_component(app)
+}
+
+/// Checks what becomes a path component: no leading dot, and only ASCII letters, digits, `-`,
+/// `_` and `.`.
+fn check_component(name: &str) -> Result<(), &'static str> {
+    if name.starts_with('.') {
         return Err("it starts with a dot");
     }
-    if !app
+    if !name
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
     {
@@ -112,15 +118,7 @@ pub(crate) fn check_lock_name(name: &str) -> Result<(), &'static str> {
             "it is longer than 160 bytes with .lock (the names dirlock makes beside it must fit in the filesystem's 255)",
         );
     }
-    if name.starts_with('.') {
-        return Err("it starts with a dot");
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-    {
-        return Err("it has a character other than ASCII letters, digits, '-', '_' and '.'");
-    }
+    check_component(name)?;
     if name.contains(CANDIDATE) || name.contains(TOMBSTONE) || name.contains(RECLAIM) {
         return Err("it contains \".candidate.\", \".tombstone.\" or \".reclaim\" (with .lock added), which dirlock uses for the names it makes beside a lock");
     }

@@ -36,20 +36,40 @@ pub(crate) fn follow_links(
 ) -> io::Result<PathBuf> {
     let mut todo = std::path::absolute(path)?;
     let mut links = 0;
-    loop {
-        let (out, link, rest) = match walk(&lexical(&todo), spell)? {
-            Walked::Real(out) => return Ok(out),
-            Walked::Link { out, link, rest } => (out, link, rest),
-        };
-        links += 1;
-        if links > MAX_LINKS {
-            return Err(io::Error::other(format!(
-                "more than {MAX_LINKS} symbolic links or junctions"
-            )));
+    'resolve: loop {
+        // `out` holds only what is resolved, so a `..` read by its text is Node's reading too.
+        let mut out = PathBuf::new();
+        let lexical = lexical(&todo);
+        let mut components = lexical.components();
+        while let Some(component) = components.next() {
+            match component {
+                Component::Prefix(p) => out.push(prefix(p)),
+                Component::RootDir => out.push(std::path::MAIN_SEPARATOR_STR),
+                Component::CurDir | Component::ParentDir => {} // gone already
+                Component::Normal(name) => {
+                    let here = out.join(name);
+                    if std::fs::symlink_metadata(&here)?.file_type().is_symlink() {
+                        links += 1;
+                        if links > MAX_LINKS {
+                            return Err(io::Error::other(format!(
+                                "more than {MAX_LINKS} symbolic links or junctions"
+                            )));
+                        }
+                        // A relative target is relative to the link's directory, `out`.
+                        let target = std::fs::read_link(&here)?;
+                        let rest: PathBuf = components.collect();
+                        todo = std::path::absolute(out.join(target))?.join(rest);
+                        continue 'resolve;
+                    }
+                    out.push(spell(&here).unwrap_or_else(|| name.to_owned()));
+                }
+            }
         }
-        // A relative target is relative to the link's directory, `out`.
-        let target = std::fs::read_link(&link)?;
-        todo = std::path::absolute(out.join(target))?.join(rest);
+        // The root too must exist (Node checks it); the names after it were looked at.
+        if !out.components().any(|c| matches!(c, Component::Normal(_))) {
+            std::fs::symlink_metadata(&out)?;
+        }
+        return Ok(out);
     }
 }
 
@@ -67,49 +87,6 @@ fn lexical(path: &Path) -> PathBuf {
         }
     }
     lexical
-}
-
-/// What a walk down a path found.
-enum Walked {
-    /// Its real path: no link in it, every name spelled as the disk spells it.
-    Real(PathBuf),
-    /// A link, `link`, inside `out` (what is resolved so far), with `rest` after it.
-    Link {
-        out: PathBuf,
-        link: PathBuf,
-        rest: PathBuf,
-    },
-}
-
-/// Walks `path` (absolute, no `..`) name by name, spelling each as `spell` says, up to the
-/// first link.
-fn walk(path: &Path, spell: &dyn Fn(&Path) -> Option<OsString>) -> io::Result<Walked> {
-    let mut out = PathBuf::new();
-    let mut components = path.components();
-    while let Some(component) = components.next() {
-        match component {
-            Component::Prefix(p) => out.push(prefix(p)),
-            Component::RootDir => out.push(std::path::MAIN_SEPARATOR_STR),
-            Component::CurDir | Component::ParentDir => {} // gone already
-            Component::Normal(name) => {
-                let here = out.join(name);
-                if std::fs::symlink_metadata(&here)?.file_type().is_symlink() {
-                    let rest = components.collect();
-                    return Ok(Walked::Link {
-                        out,
-                        link: here,
-                        rest,
-                    });
-                }
-                out.push(spell(&here).unwrap_or_else(|| name.to_owned()));
-            }
-        }
-    }
-    // The root too must exist (Node checks it); the names after it were looked at.
-    if !out.components().any(|c| matches!(c, Component::Normal(_))) {
-        std::fs::symlink_metadata(&out)?;
-    }
-    Ok(Walked::Real(out))
 }
 
 /// A path's prefix as the reference spells it: the drive letter upper case (also of a `\\.\X:`

@@ -82,6 +82,14 @@ pub(super) fn last() -> io::Error {
     io::Error::last_os_error()
 }
 
+/// The result of a call that returns a `BOOL`: zero is failure, told by the last error.
+pub(super) fn done(ret: i32) -> io::Result<()> {
+    if ret == 0 {
+        return Err(last());
+    }
+    Ok(())
+}
+
 /// `path` in the `\\?\` form (`C:\x` as `\\?\C:\x`, `\\server\share\x` as
 /// `\\?\UNC\server\share\x`), which is not limited to MAX_PATH; any other as it is.
 pub(super) fn verbatim(path: &Path) -> PathBuf {
@@ -144,9 +152,7 @@ pub(super) fn info(h: &Handle) -> io::Result<BY_HANDLE_FILE_INFORMATION> {
     // SAFETY: the structure is plain data; all-zero is valid and the call overwrites it.
     let mut i: BY_HANDLE_FILE_INFORMATION = unsafe { std::mem::zeroed() };
     // SAFETY: `h` is open; `i` is a valid out-pointer.
-    if unsafe { GetFileInformationByHandle(h.0, &mut i) } == 0 {
-        return Err(last());
-    }
+    done(unsafe { GetFileInformationByHandle(h.0, &mut i) })?;
     Ok(i)
 }
 

@@ -116,10 +116,7 @@ fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
         std::ptr::copy_nonoverlapping(name.as_ptr(), (*info).FileName.as_mut_ptr(), name.len());
     }
     // SAFETY: `h` is open for DELETE; `info` is valid for `size` bytes.
-    if unsafe { SetFileInformationByHandle(h.0, FileRenameInfo, info.cast(), size as u32) } == 0 {
-        return Err(last());
-    }
-    Ok(())
+    done(unsafe { SetFileInformationByHandle(h.0, FileRenameInfo, info.cast(), size as u32) })
 }
 
 impl System for Real {
@@ -156,10 +153,7 @@ impl System for Real {
     fn mkdir_at(&self, at: &Dir, name: &str) -> io::Result<()> {
         let w = wide(&at.join(name)?);
         // SAFETY: `w` is NUL-terminated; the new directory inherits its parent's ACL.
-        if unsafe { CreateDirectoryW(w.as_ptr(), std::ptr::null()) } == 0 {
-            return Err(last());
-        }
-        Ok(())
+        done(unsafe { CreateDirectoryW(w.as_ptr(), std::ptr::null()) })
     }
 
     fn meta(&self, dir: &Dir) -> io::Result<Meta> {
@@ -206,16 +200,14 @@ impl System for Real {
             let mut n = 0u32;
             let chunk = rest.len().min(1 << 20) as u32;
             // SAFETY: `rest` is readable for `chunk` bytes; `n` receives the count written.
-            if unsafe { WriteFile(h.0, rest.as_ptr(), chunk, &mut n, std::ptr::null_mut()) } == 0 {
-                return Err(last());
-            }
+            done(unsafe { WriteFile(h.0, rest.as_ptr(), chunk, &mut n, std::ptr::null_mut()) })?;
             rest = &rest[n as usize..];
         }
-        // SAFETY: `h` is open for writing.
-        if sync && unsafe { FlushFileBuffers(h.0) } == 0 {
-            return Err(last());
+        if !sync {
+            return Ok(());
         }
-        Ok(())
+        // SAFETY: `h` is open for writing.
+        done(unsafe { FlushFileBuffers(h.0) })
     }
 
     fn open_file_at(&self, _at: &Dir, _name: &str, _create: bool) -> io::Result<Dir> {
@@ -244,7 +236,7 @@ impl System for Real {
             let mut n = 0u32;
             let want = (bytes.len() - got) as u32;
             // SAFETY: `bytes[got..]` is writable for `want` bytes; `n` receives the count.
-            let ok = unsafe {
+            done(unsafe {
                 ReadFile(
                     h.0,
                     bytes[got..].as_mut_ptr(),
@@ -252,10 +244,7 @@ impl System for Real {
                     &mut n,
                     std::ptr::null_mut(),
                 )
-            };
-            if ok == 0 {
-                return Err(last());
-            }
+            })?;
             if n == 0 {
                 break;
             }
@@ -282,26 +271,14 @@ impl System for Real {
 
     fn remove_file_at(&self, at: &Dir, name: &str) -> io::Result<()> {
         let w = wide(&at.join(name)?);
-        patiently(|| {
-            // SAFETY: `w` is NUL-terminated.
-            if unsafe { DeleteFileW(w.as_ptr()) } == 0 {
-                Err(last())
-            } else {
-                Ok(())
-            }
-        })
+        // SAFETY: `w` is NUL-terminated.
+        patiently(|| done(unsafe { DeleteFileW(w.as_ptr()) }))
     }
 
     fn remove_dir_at(&self, at: &Dir, name: &str) -> io::Result<()> {
         let w = wide(&at.join(name)?);
-        patiently(|| {
-            // SAFETY: `w` is NUL-terminated.
-            if unsafe { RemoveDirectoryW(w.as_ptr()) } == 0 {
-                Err(last())
-            } else {
-                Ok(())
-            }
-        })
+        // SAFETY: `w` is NUL-terminated.
+        patiently(|| done(unsafe { RemoveDirectoryW(w.as_ptr()) }))
     }
 
     fn list(&self, dir: &Dir) -> io::Result<Vec<String>> {

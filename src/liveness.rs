@@ -34,6 +34,7 @@
 use crate::owner::Owner;
 use crate::sys::Identity;
 use std::fmt;
+use Liveness::{DeadByEvidence, DeadByProof, Live, Unknown};
 
 /// What the judgement of an owner concluded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -111,26 +112,41 @@ pub(crate) trait Probe {
     fn wrote(&mut self, token: &str) -> bool;
 }
 
-/// Judges `owner` by the table in the module docs.
+/// Judges `owner` by the table in the module docs: the first rule that applies decides.
 pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Judgement {
-    use Liveness::*;
-    if let Some(os) = owner
+    another_system(owner, me)
+        .or_else(|| another_kernel(owner, me))
+        .or_else(|| beacon(owner, me, probe))
+        .or_else(|| another_pid_namespace(owner, me))
+        .or_else(|| our_own_pid(owner, me, probe))
+        .unwrap_or_else(|| the_process(owner, probe))
+}
+
+/// Rule 0: another operating system's record.
+fn another_system(owner: &Owner, me: &Identity) -> Option<Judgement> {
+    let os = owner
         .os
         .as_deref()
-        .filter(|os| me.os.as_deref() != Some(*os))
-    {
-        return Judgement::new(
-            Unknown,
-            format!(
-                "it was taken by a program for another operating system ({}), whose hold on it and process this one cannot see",
-                crate::text::escape(os)
-            ),
-        );
-    }
+        .filter(|os| me.os.as_deref() != Some(*os))?;
+    Some(Judgement::new(
+        Unknown,
+        format!(
+            "it was taken by a program for another operating system ({}), whose hold on it and process this one cannot see",
+            crate::text::escape(os)
+        ),
+    ))
+}
+
+/// Rules 1 and 2: another host's or another kernel's record, or one whose kernel cannot be
+/// told.
+fn another_kernel(owner: &Owner, me: &Identity) -> Option<Judgement> {
     if let Some(host) = &owner.host {
         let this_kernel = owner.boot_id.is_some() && owner.boot_id == me.boot_id;
         if me.host.as_deref() != Some(host.as_str()) && !this_kernel {
-            return Judgement::new(Unknown, format!("it was taken on host {host:?}"));
+            return Some(Judgement::new(
+                Unknown,
+                format!("it was taken on host {host:?}"),
+            ));
         }
     }
     match (&owner.boot_id, &me.boot_id) {
@@ -142,75 +158,94 @@ pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Jud
                 (owner.acquired_at(), me.booted),
                 (Some(taken), Some(booted)) if taken >= booted
             );
-            return if since_boot {
+            Some(if since_boot {
                 Judgement::new(
                     Unknown,
                     "it was taken on another kernel running under this host name (another boot id, since this one booted)",
                 )
             } else {
                 Judgement::new(DeadByEvidence, "it was taken before the last reboot")
-            };
+            })
         }
-        (Some(_), None) | (None, Some(_)) if owner.os.is_some() => {
-            return Judgement::new(
-                Unknown,
-                "whether it was taken on this kernel cannot be told (only one side knows its boot id)",
-            );
-        }
-        _ => {}
+        (Some(_), None) | (None, Some(_)) if owner.os.is_some() => Some(Judgement::new(
+            Unknown,
+            "whether it was taken on this kernel cannot be told (only one side knows its boot id)",
+        )),
+        _ => None,
     }
-    if owner.has_beacon() {
-        return match probe.beacon_free() {
-            Some(true) => Judgement::new(
-                DeadByProof,
-                "no process holds it open any more (the system says so)",
+}
+
+/// Rule 3: a record with a beacon is judged by it alone.
+fn beacon(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Option<Judgement> {
+    if !owner.has_beacon() {
+        return None;
+    }
+    Some(match probe.beacon_free() {
+        Some(true) => Judgement::new(
+            DeadByProof,
+            "no process holds it open any more (the system says so)",
+        ),
+        Some(false) if recorded_owner_gone(owner, me, probe) => Judgement {
+            owner_exited: true,
+            ..Judgement::new(
+                Live,
+                format!(
+                    "its recorded owner, pid {0}, has exited, but another process keeps the lock (one that pid {0} started, which inherited it)",
+                    owner.pid
+                ),
+            )
+        },
+        Some(false) => Judgement::new(Live, "a process holds it open"),
+        None => Judgement::new(Live, "whether a process holds it open cannot be asked"),
+    })
+}
+
+/// Rule 4: a pid of another pid namespace (or of one we cannot tell) means nothing here.
+fn another_pid_namespace(owner: &Owner, me: &Identity) -> Option<Judgement> {
+    let ns = owner.pid_namespace.as_ref()?;
+    match &me.pid_namespace {
+        Some(ours) if ours == ns => None,
+        Some(_) => Some(Judgement::new(
+            Unknown,
+            format!("it was taken in pid namespace {ns}"),
+        )),
+        None => Some(Judgement::new(
+            Unknown,
+            "this process cannot read its pid namespace",
+        )),
+    }
+}
+
+/// Rule 5: the pid is ours, but we did not write the record.
+fn our_own_pid(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Option<Judgement> {
+    if owner.pid != me.pid || probe.wrote(&owner.token) {
+        return None;
+    }
+    // In our pid namespace (rule 4 checked it), the pid is ours now: its writer died. A
+    // record that does not say its namespace (the reference implementation's) may come
+    // from a process of another namespace with the same pid (pid 1 of another container):
+    // it cannot be judged from here.
+    Some(if owner.pid_namespace.is_some() {
+        Judgement::new(
+            DeadByEvidence,
+            format!(
+                "pid {} is this process, which did not write this record (its writer died and the pid was reused)",
+                owner.pid
             ),
-            Some(false) if recorded_owner_gone(owner, me, probe) => Judgement {
-                owner_exited: true,
-                ..Judgement::new(
-                    Live,
-                    format!(
-                        "its recorded owner, pid {0}, has exited, but another process keeps the lock (one that pid {0} started, which inherited it)",
-                        owner.pid
-                    ),
-                )
-            },
-            Some(false) => Judgement::new(Live, "a process holds it open"),
-            None => Judgement::new(Live, "whether a process holds it open cannot be asked"),
-        };
-    }
-    if let Some(ns) = &owner.pid_namespace {
-        match &me.pid_namespace {
-            Some(ours) if ours == ns => {}
-            Some(_) => {
-                return Judgement::new(Unknown, format!("it was taken in pid namespace {ns}"))
-            }
-            None => return Judgement::new(Unknown, "this process cannot read its pid namespace"),
-        }
-    }
-    if owner.pid == me.pid && !probe.wrote(&owner.token) {
-        // In our pid namespace (rule 4 checked it), the pid is ours now: its writer died. A
-        // record that does not say its namespace (the reference implementation's) may come
-        // from a process of another namespace with the same pid (pid 1 of another container):
-        // it cannot be judged from here.
-        return if owner.pid_namespace.is_some() {
-            Judgement::new(
-                DeadByEvidence,
-                format!(
-                    "pid {} is this process, which did not write this record (its writer died and the pid was reused)",
-                    owner.pid
-                ),
-            )
-        } else {
-            Judgement::new(
-                Unknown,
-                format!(
-                    "it names pid {}, this process, which did not write it: its writer died and the pid was reused, or it runs in another pid namespace",
-                    owner.pid
-                ),
-            )
-        };
-    }
+        )
+    } else {
+        Judgement::new(
+            Unknown,
+            format!(
+                "it names pid {}, this process, which did not write it: its writer died and the pid was reused, or it runs in another pid namespace",
+                owner.pid
+            ),
+        )
+    })
+}
+
+/// Rules 6 to 8: whether the recorded process still runs.
+fn the_process(owner: &Owner, probe: &mut impl Probe) -> Judgement {
     match probe.process_alive(owner.pid) {
         Some(false) => {
             return Judgement::new(DeadByEvidence, format!("no process has pid {}", owner.pid))
@@ -218,20 +253,20 @@ pub(crate) fn judge(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Jud
         Some(true) => {}
         None => return Judgement::new(Live, format!("cannot tell whether pid {} runs", owner.pid)),
     }
-    if let Some(recorded) = owner.start_time {
-        return match probe.start_time(owner.pid) {
-            Some(now) if now != recorded => Judgement::new(
-                DeadByEvidence,
-                format!("pid {} now belongs to a newer process", owner.pid),
-            ),
-            Some(_) => Judgement::new(Live, format!("pid {} is running", owner.pid)),
-            None => Judgement::new(
-                Live,
-                format!("pid {} runs but its start time is unreadable", owner.pid),
-            ),
-        };
+    let Some(recorded) = owner.start_time else {
+        return Judgement::new(Live, format!("pid {} is running", owner.pid));
+    };
+    match probe.start_time(owner.pid) {
+        Some(now) if now != recorded => Judgement::new(
+            DeadByEvidence,
+            format!("pid {} now belongs to a newer process", owner.pid),
+        ),
+        Some(_) => Judgement::new(Live, format!("pid {} is running", owner.pid)),
+        None => Judgement::new(
+            Live,
+            format!("pid {} runs but its start time is unreadable", owner.pid),
+        ),
     }
-    Judgement::new(Live, format!("pid {} is running", owner.pid))
 }
 
 /// Whether the process a held beacon's record names is gone (the lock then lives on in one it
@@ -252,443 +287,4 @@ fn recorded_owner_gone(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> 
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Facts for one row; `asked` records which probes the judgement used.
-    #[derive(Default)]
-    struct Facts {
-        beacon_free: Option<bool>,
-        alive: Option<bool>,
-        start: Option<u64>,
-        wrote: bool,
-        asked: Vec<&'static str>,
-    }
-
-    impl Probe for Facts {
-        fn beacon_free(&mut self) -> Option<bool> {
-            self.asked.push("beacon");
-            self.beacon_free
-        }
-        fn process_alive(&mut self, _: u32) -> Option<bool> {
-            self.asked.push("kill");
-            self.alive
-        }
-        fn start_time(&mut self, _: u32) -> Option<u64> {
-            self.asked.push("start");
-            self.start
-        }
-        fn wrote(&mut self, _: &str) -> bool {
-            self.asked.push("wrote");
-            self.wrote
-        }
-    }
-
-    fn me() -> Identity {
-        Identity {
-            pid: 1000,
-            start_time: Some(5),
-            boot_id: Some("boot-A".into()),
-            host: Some("here".into()),
-            pid_namespace: Some("pid:[1]".into()),
-            uid: 1000,
-            os: Some("linux".into()),
-            booted: Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000)),
-        }
-    }
-
-    /// A record of ours, taken `secs` after `me()`'s kernel booted.
-    fn taken(mut o: Owner, secs: i64) -> Owner {
-        o.acquired_unix_ms = Some((1_700_000_000 + secs) as u64 * 1000);
-        o
-    }
-
-    fn full(beacon: bool) -> Owner {
-        let mut o = Owner::new(42, "t");
-        o.start_time = Some(100);
-        o.boot_id = Some("boot-A".into());
-        o.host = Some("here".into());
-        o.pid_namespace = Some("pid:[1]".into());
-        o.beacon = Some(beacon);
-        o.os = Some("linux".into());
-        o
-    }
-
-    fn run(owner: Owner, me: Identity, mut facts: Facts) -> (Liveness, Vec<&'static str>) {
-        let j = judge(&owner, &me, &mut facts);
-        (j.liveness, facts.asked)
-    }
-
-    #[test]
-    fn the_table_row_by_row() {
-        use Liveness::*;
-        let with = |f: fn(&mut Owner), beacon| {
-            let mut o = full(beacon);
-            f(&mut o);
-            o
-        };
-        let facts = |b, a, s| Facts {
-            beacon_free: b,
-            alive: a,
-            start: s,
-            wrote: false,
-            asked: vec![],
-        };
-        #[expect(
-            clippy::type_complexity,
-            reason = "one table row: case, record, identity, facts, verdict, probes"
-        )]
-        let rows: Vec<(&str, Owner, Identity, Facts, Liveness, Vec<&str>)> = vec![
-            // 0: another operating system (Windows under Wine beside Linux): its beacon and
-            // pid mean nothing here, whatever the host, the boot and the probes say.
-            (
-                "0 another OS, beacon free",
-                with(|o| o.os = Some("windows".into()), true),
-                me(),
-                facts(Some(true), Some(false), None),
-                Unknown,
-                vec![],
-            ),
-            (
-                "0 another OS without a boot id, pid dead",
-                with(
-                    |o| {
-                        o.os = Some("windows".into());
-                        o.boot_id = None
-                    },
-                    false,
-                ),
-                me(),
-                facts(None, Some(false), None),
-                Unknown,
-                vec![],
-            ),
-            (
-                "0 our OS recorded: judged on",
-                full(true),
-                me(),
-                facts(Some(true), None, None),
-                DeadByProof,
-                vec!["beacon"],
-            ),
-            // 1: another host wins over everything, even a free beacon.
-            (
-                "1 other host",
-                with(
-                    |o| {
-                        o.host = Some("there".into());
-                        o.boot_id = Some("boot-B".into())
-                    },
-                    true,
-                ),
-                me(),
-                facts(Some(true), Some(false), None),
-                Unknown,
-                vec![],
-            ),
-            (
-                "1 our host unreadable, another boot",
-                with(|o| o.boot_id = Some("boot-B".into()), true),
-                Identity { host: None, ..me() },
-                facts(Some(true), None, None),
-                Unknown,
-                vec![],
-            ),
-            (
-                "1 our host unreadable, our boot: this kernel",
-                full(true),
-                Identity { host: None, ..me() },
-                facts(Some(true), None, None),
-                DeadByProof,
-                vec!["beacon"],
-            ),
-            // 1 does not apply on this kernel: our boot id under another host name (a
-            // container's UTS namespace, a renamed host) is judged by its beacon and pid.
-            (
-                "1 other host, our boot, beacon free",
-                with(|o| o.host = Some("container".into()), true),
-                me(),
-                facts(Some(true), None, None),
-                DeadByProof,
-                vec!["beacon"],
-            ),
-            (
-                "1 other host, our boot, pid dead",
-                with(|o| o.host = Some("container".into()), false),
-                me(),
-                facts(None, Some(false), None),
-                DeadByEvidence,
-                vec!["kill"],
-            ),
-            (
-                "1 other host, no boot id",
-                with(
-                    |o| {
-                        o.host = Some("there".into());
-                        o.boot_id = None
-                    },
-                    true,
-                ),
-                me(),
-                facts(Some(true), Some(false), None),
-                Unknown,
-                vec![],
-            ),
-            // 2 / 2': the beacon decides and nothing else is asked.
-            (
-                "2 beacon free",
-                full(true),
-                me(),
-                facts(Some(true), Some(true), Some(100)),
-                DeadByProof,
-                vec!["beacon"],
-            ),
-            (
-                "2' beacon held",
-                full(true),
-                me(),
-                facts(Some(false), Some(true), Some(100)),
-                Live,
-                vec!["beacon", "kill", "start"],
-            ),
-            // 2' with its recorded owner gone: still live (a process it started keeps the
-            // beacon), said so in the reason (see `a_held_beacon_whose_owner_exited_says_so`).
-            (
-                "2' beacon held, recorded pid gone",
-                full(true),
-                me(),
-                facts(Some(false), Some(false), None),
-                Live,
-                vec!["beacon", "kill"],
-            ),
-            (
-                "2' beacon held, another namespace: the pid is not asked",
-                with(|o| o.pid_namespace = Some("pid:[2]".into()), true),
-                me(),
-                facts(Some(false), Some(false), None),
-                Live,
-                vec!["beacon"],
-            ),
-            (
-                "2' beacon unprobeable",
-                full(true),
-                me(),
-                facts(None, Some(false), None),
-                Live,
-                vec!["beacon"],
-            ),
-            // 2: another kernel: its beacon is not this kernel's to probe. Taken before this
-            // kernel booted (or when is not said): a previous boot, dead by evidence.
-            (
-                "2 other boot, beacon free",
-                with(|o| o.boot_id = Some("boot-B".into()), true),
-                me(),
-                facts(Some(true), None, None),
-                DeadByEvidence,
-                vec![],
-            ),
-            (
-                "2 other boot, taken before this boot",
-                taken(with(|o| o.boot_id = Some("boot-B".into()), false), -60),
-                me(),
-                facts(None, Some(true), Some(100)),
-                DeadByEvidence,
-                vec![],
-            ),
-            // ... taken since: another kernel runs now under this host name.
-            (
-                "2 other boot, taken since this boot, beacon free",
-                taken(with(|o| o.boot_id = Some("boot-B".into()), true), 60),
-                me(),
-                facts(Some(true), Some(false), None),
-                Unknown,
-                vec![],
-            ),
-            // ... or this kernel cannot be told from another: only one side knows a boot id.
-            (
-                "2 our boot unreadable",
-                full(false),
-                Identity {
-                    boot_id: None,
-                    ..me()
-                },
-                facts(None, Some(true), Some(100)),
-                Unknown,
-                vec![],
-            ),
-            (
-                "2 our record without a boot id, beacon free",
-                with(|o| o.boot_id = None, true),
-                me(),
-                facts(Some(true), None, None),
-                Unknown,
-                vec![],
-            ),
-            (
-                "2 both without a boot id (FreeBSD): judged on",
-                with(|o| o.boot_id = None, true),
-                Identity {
-                    boot_id: None,
-                    ..me()
-                },
-                facts(Some(true), None, None),
-                DeadByProof,
-                vec!["beacon"],
-            ),
-            // 4: another pid namespace.
-            (
-                "4 other ns",
-                with(|o| o.pid_namespace = Some("pid:[2]".into()), false),
-                me(),
-                facts(None, Some(false), None),
-                Unknown,
-                vec![],
-            ),
-            (
-                "4 our ns unreadable",
-                full(false),
-                Identity {
-                    pid_namespace: None,
-                    ..me()
-                },
-                facts(None, Some(false), None),
-                Unknown,
-                vec![],
-            ),
-            // 5: our own pid, a token we never wrote: a dead writer's pid reused by us.
-            (
-                "5 our pid, foreign token",
-                with(|o| o.pid = 1000, false),
-                me(),
-                facts(None, Some(true), Some(5)),
-                DeadByEvidence,
-                vec!["wrote"],
-            ),
-            (
-                "5 reference record, our pid: maybe another namespace",
-                Owner::new(1000, "t"),
-                me(),
-                facts(None, Some(true), None),
-                Unknown,
-                vec!["wrote"],
-            ),
-            (
-                "5 our pid, a token we wrote: judged on",
-                with(|o| o.pid = 1000, false),
-                me(),
-                Facts {
-                    alive: Some(true),
-                    start: Some(100),
-                    wrote: true,
-                    ..Facts::default()
-                },
-                Live,
-                vec!["wrote", "kill", "start"],
-            ),
-            // 6: no such process.
-            (
-                "5 no process",
-                full(false),
-                me(),
-                facts(None, Some(false), None),
-                DeadByEvidence,
-                vec!["kill"],
-            ),
-            (
-                "5 kill fails",
-                full(false),
-                me(),
-                facts(None, None, None),
-                Live,
-                vec!["kill"],
-            ),
-            // 7: pid reused.
-            (
-                "6 reused",
-                full(false),
-                me(),
-                facts(None, Some(true), Some(101)),
-                DeadByEvidence,
-                vec!["kill", "start"],
-            ),
-            (
-                "6 start unreadable",
-                full(false),
-                me(),
-                facts(None, Some(true), None),
-                Live,
-                vec!["kill", "start"],
-            ),
-            // 8: live.
-            (
-                "7 same start",
-                full(false),
-                me(),
-                facts(None, Some(true), Some(100)),
-                Live,
-                vec!["kill", "start"],
-            ),
-            // The reference implementation's {pid, token} records: rules 5 and 7 only.
-            (
-                "ref dead",
-                Owner::new(42, "t"),
-                me(),
-                facts(Some(true), Some(false), None),
-                DeadByEvidence,
-                vec!["kill"],
-            ),
-            (
-                "ref live",
-                Owner::new(42, "t"),
-                me(),
-                facts(Some(true), Some(true), Some(1)),
-                Live,
-                vec!["kill"],
-            ),
-            (
-                "ref unknown pid",
-                Owner::new(42, "t"),
-                me(),
-                facts(None, None, None),
-                Live,
-                vec!["kill"],
-            ),
-        ];
-        for (name, owner, me, facts, want, asked) in rows {
-            let (got, used) = run(owner, me, facts);
-            assert_eq!(got, want, "row {name}");
-            assert_eq!(used, asked, "row {name}: probes used");
-        }
-    }
-
-    /// A held beacon whose recorded owner has exited (or whose pid now names a newer process)
-    /// is live, and the reason says who really keeps it.
-    #[test]
-    fn a_held_beacon_whose_owner_exited_says_so() {
-        for (alive, start) in [(Some(false), None), (Some(true), Some(101))] {
-            let mut f = Facts {
-                beacon_free: Some(false),
-                alive,
-                start,
-                ..Facts::default()
-            };
-            let j = judge(&full(true), &me(), &mut f);
-            assert_eq!(j.liveness, Liveness::Live);
-            assert!(
-                j.reason.contains("pid 42, has exited") && j.reason.contains("another process"),
-                "{}",
-                j.reason
-            );
-        }
-    }
-
-    #[test]
-    fn reasons_name_the_evidence() {
-        let mut f = Facts {
-            alive: Some(false),
-            ..Facts::default()
-        };
-        let j = judge(&Owner::new(4242, "t"), &me(), &mut f);
-        assert_eq!(j.to_string(), "dead (by evidence): no process has pid 4242");
-    }
-}
+mod tests;

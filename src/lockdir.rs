@@ -4,8 +4,8 @@
 //! it.
 
 use crate::error::Error;
-use crate::paths::{self, LOCK_DIR};
-use crate::space::Space;
+use crate::paths::LOCK_DIR;
+use crate::space::{breach, writers, Breach, Space};
 use crate::sys::{is, Errno, FileId, PerProcess, Real, RealDir, System};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -14,10 +14,9 @@ use std::sync::Arc;
 /// Refuses a directory that someone else could rename away, with whatever is inside it (our
 /// lock namespace while a lock is held): one, or any directory above it, owned by a user other
 /// than us and root, or writable by its group or others without the sticky bit. OpenSSH holds
-/// the paths it trusts to the same rule. Both the path as given and its real path are checked.
-#[cfg(unix)]
+/// the paths it trusts to the same rule. Both the path as given and its real path are checked
+/// (where the platform tells owners and modes: see [`crate::sys::owner_and_mode`]).
 fn check_ancestors(dir: &Path, uid: u32, fix: &str) -> Result<(), Error> {
-    use std::os::unix::fs::MetadataExt;
     let real = std::fs::canonicalize(dir).ok();
     let mut seen = std::collections::HashSet::new();
     for p in dir
@@ -27,39 +26,24 @@ fn check_ancestors(dir: &Path, uid: u32, fix: &str) -> Result<(), Error> {
         if p.as_os_str().is_empty() || !seen.insert(p.to_owned()) {
             continue;
         }
-        let Ok(m) = std::fs::metadata(p) else {
+        let Some((owner, mode)) = crate::sys::owner_and_mode(p) else {
             continue; // missing: the open that follows says so
         };
-        let unsafe_dir = |problem: String| Error::Unsafe {
+        let problem = match writers(mode) {
+            _ if owner != uid && owner != 0 => format!(
+                "it is owned by uid {owner}, who can rename what is inside it, lock directories included"
+            ),
+            Some(who) if mode & 0o1000 == 0 => format!(
+                "{who} may write it and it has no sticky bit, so {who} can rename a lock directory inside it away while a lock is held"
+            ),
+            _ => continue,
+        };
+        return Err(Error::Unsafe {
             path: p.to_owned(),
             problem,
             fix: fix.to_owned(),
-        };
-        if m.uid() != uid && m.uid() != 0 {
-            return Err(unsafe_dir(format!(
-                "it is owned by uid {}, who can rename what is inside it, lock directories included",
-                m.uid()
-            )));
-        }
-        if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
-            let who = if m.mode() & 0o002 != 0 {
-                "anyone"
-            } else {
-                "its group"
-            };
-            return Err(unsafe_dir(format!(
-                "{who} may write it and it has no sticky bit, so {who} can rename a lock directory inside it away while a lock is held"
-            )));
-        }
+        });
     }
-    Ok(())
-}
-
-/// On Windows the temporary directory is the user's own, inside a profile whose ACL keeps
-/// other users out, and who may rename what is decided by ACLs rather than by owners and
-/// modes: the namespace directories themselves are checked (ours, private) where they are made.
-#[cfg(windows)]
-fn check_ancestors(_dir: &Path, _uid: u32, _fix: &str) -> Result<(), Error> {
     Ok(())
 }
 
@@ -85,10 +69,6 @@ fn identified(dir: RealDir, path: &Path) -> Result<Opened, Error> {
         .map_err(|e| Error::io("inspect the lock directory", path, e))?
         .id;
     Ok((Arc::new(dir), id))
-}
-
-fn unopened() -> Option<Opened> {
-    None
 }
 
 impl std::fmt::Debug for LockDir {
@@ -132,6 +112,35 @@ fn open_private(
 ) -> Result<Option<(RealDir, Option<u32>)>, Error> {
     let sys = Real;
     let path = parent_path.join(name);
+    let Some((dir, created)) = open_or_make(parent, name, &path, create)? else {
+        return Ok(None);
+    };
+    let meta = sys
+        .meta(&dir)
+        .map_err(|e| Error::io("inspect the lock directory", &path, e))?;
+    let shared = match role {
+        Role::Chosen if !created => shared_group(&dir, &meta, uid, &path)?,
+        _ => None,
+    };
+    check_private(&meta, uid, role, created, shared.is_some(), &path)?;
+    if created {
+        // Whatever the umask took away (even the owner's bits), the mode is exactly 0700.
+        sys.set_mode(&dir, 0o700)
+            .map_err(|e| Error::io("set the mode of the lock directory", &path, e))?;
+    }
+    Ok(Some((dir, shared)))
+}
+
+/// Opens directory `name` in `parent` (at `path`), made first if `create`, and whether this
+/// call made it; `None` when it is missing and not to be made. A symbolic link or anything
+/// but a directory is refused.
+fn open_or_make(
+    parent: &RealDir,
+    name: &str,
+    path: &Path,
+    create: bool,
+) -> Result<Option<(RealDir, bool)>, Error> {
+    let sys = Real;
     let created = create
         && match sys.mkdir_at(parent, name) {
             Ok(()) => true,
@@ -143,90 +152,63 @@ fn open_private(
     } else {
         sys.open_dir_at(parent, name)
     };
-    let dir = match opened {
-        Ok(d) => d,
-        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => {
-            return Err(Error::Unsafe {
-                path,
-                problem: "it is a symbolic link or not a directory".into(),
-                fix: "lock directories must be real directories: name the directory itself, or another one of your own".into(),
-            })
-        }
-        Err(e) => return Err(Error::io("open the lock directory", path, e)),
-    };
-    let meta = sys
-        .meta(&dir)
-        .map_err(|e| Error::io("inspect the lock directory", &path, e))?;
-    let shared = match role {
-        Role::Chosen if !created => shared_group(&dir, &meta, uid, &path)?,
-        _ => None,
-    };
-    if meta.uid != uid && !(shared.is_some() && meta.uid == 0) {
-        let fix = match role {
-            Role::Namespace => format!(
-                "another user made your lock namespace and may be trying to intercept your locks: have an administrator remove it, or point {} at a directory only you can write",
-                if cfg!(windows) { "TEMP" } else { "TMPDIR" }
-            ),
-            Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
-        };
-        return Err(Error::Unsafe {
-            problem: format!(
+    match opened {
+        Ok(d) => Ok(Some((d, created))),
+        Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if is(&e, Errno::Loop) || is(&e, Errno::NotDir) => Err(Error::Unsafe {
+            path: path.to_owned(),
+            problem: "it is a symbolic link or not a directory".into(),
+            fix: "lock directories must be real directories: name the directory itself, or another one of your own".into(),
+        }),
+        Err(e) => Err(Error::io("open the lock directory", path, e)),
+    }
+}
+
+/// Refuses lock directory `path` (`meta`) unless it keeps the privacy rule ([`breach`]), and
+/// our own namespace unless it is exactly 0700 besides, as the reference makes it (one this
+/// call `created` gets its mode next). Only our own namespace (named after our uid, made by us)
+/// may be made private again: a directory the caller named may be anything (/usr, a project,
+/// /var/lib) and others may rely on its mode, so the advice never suggests changing it.
+fn check_private(
+    meta: &crate::sys::Meta,
+    uid: u32,
+    role: Role,
+    created: bool,
+    shared: bool,
+    path: &Path,
+) -> Result<(), Error> {
+    let breach = breach(meta, uid, shared);
+    let (problem, fix) = match (role, breach) {
+        (_, Some(Breach::Owner)) => (
+            format!(
                 "it is owned by {}, not by this user ({})",
                 crate::sys::owner_words(meta.uid),
                 crate::sys::owner_words(uid)
             ),
-            fix,
-            path,
-        });
-    }
-    if created {
-        // Whatever the umask took away (even the owner's bits), the mode is exactly 0700.
-        sys.set_mode(&dir, 0o700)
-            .map_err(|e| Error::io("set the mode of the lock directory", &path, e))?;
-    } else if match role {
-        // Our own namespace is ours alone, as the reference makes it.
-        Role::Namespace => meta.mode & 0o777 != 0o700,
-        // A directory the caller chose (a project's, mode 755) may be read by others, as
-        // OpenSSH's StrictModes allows: only writing it lets others replace or remove a lock,
-        // and each lock inside is private. A group's (above) its members may write.
-        Role::Chosen => meta.mode & 0o002 != 0 || (meta.mode & 0o020 != 0 && shared.is_none()),
-    } {
-        // Only our own namespace (named after our uid, made by us) may be made private again.
-        // A directory the caller named may be anything (/usr, a project, /var/lib) and others
-        // may rely on its mode: never advise changing it.
-        let fix = match role {
-            Role::Namespace if cfg!(windows) => format!(
-                "it is your own lock namespace: remove it (`rmdir /s {}`) while no lock in it is held, and dirlock makes it again, private",
-                path.display()
-            ),
-            Role::Namespace => format!(
-                "it is your own lock namespace: make it private again with `chmod 700 {}`",
-                crate::text::shell_word(&path)
-            ),
-            Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
-        };
-        return Err(Error::Unsafe {
-            problem: if cfg!(windows) {
-                format!("it has {}", crate::sys::mode_words(meta.mode))
-            } else if role == Role::Namespace {
-                format!("it has mode {:o}, not 700", meta.mode & 0o7777)
-            } else {
-                format!(
-                    "it has mode {:o}: {} may write it, and so replace the locks inside or take them away",
-                    meta.mode & 0o7777,
-                    if meta.mode & 0o002 != 0 {
-                        "anyone"
-                    } else {
-                        "its group"
-                    }
-                )
+            match role {
+                Role::Namespace => format!(
+                    "another user made your lock namespace and may be trying to intercept your locks: have an administrator remove it, or point {} at a directory only you can write",
+                    crate::sys::TEMP_VAR
+                ),
+                Role::Chosen => USE_A_PRIVATE_ONE.to_owned(),
             },
-            fix,
-            path,
-        });
-    }
-    Ok(Some((dir, shared)))
+        ),
+        _ if created => return Ok(()),
+        (Role::Namespace, _) if meta.mode & 0o777 != 0o700 => (
+            crate::sys::mode_problem(meta.mode, None),
+            crate::sys::remake_private(path),
+        ),
+        (Role::Chosen, Some(Breach::Written(who))) => (
+            crate::sys::mode_problem(meta.mode, Some(who)),
+            USE_A_PRIVATE_ONE.to_owned(),
+        ),
+        _ => return Ok(()),
+    };
+    Err(Error::Unsafe {
+        path: path.to_owned(),
+        problem,
+        fix,
+    })
 }
 
 /// The group that shares lock directory `dir`, when it is one a group may write: it must be
@@ -240,7 +222,7 @@ fn shared_group(
     uid: u32,
     path: &Path,
 ) -> Result<Option<u32>, Error> {
-    if meta.mode & 0o020 == 0 || meta.mode & 0o002 != 0 || cfg!(windows) {
+    if meta.mode & 0o020 == 0 || meta.mode & 0o002 != 0 {
         return Ok(None);
     }
     let Some(gid) = crate::sys::group_of(dir) else {
@@ -271,10 +253,17 @@ fn shared_group(
     }
 }
 
+/// Opens `dir`, where private directories are made, once [`check_ancestors`] trusts it (`fix`:
+/// what to do if not; `op`: the operation an error names).
+fn open_parent(dir: &Path, uid: u32, fix: &str, op: &'static str) -> Result<RealDir, Error> {
+    check_ancestors(dir, uid, fix)?;
+    Real.open_dir_path(dir).map_err(|e| Error::io(op, dir, e))
+}
+
 /// The path of the lock directory `origin` names.
 fn path_of(origin: &Origin, uid: u32) -> PathBuf {
     match origin {
-        Origin::App { temp, app } => temp.join(paths::base_name(app, uid)).join(LOCK_DIR),
+        Origin::App { temp, app } => temp.join(crate::sys::base_name(app, uid)).join(LOCK_DIR),
         Origin::Dir(path) => path.clone(),
     }
 }
@@ -288,15 +277,13 @@ fn open_origin(
 ) -> Result<Option<(RealDir, Option<u32>)>, Error> {
     match origin {
         Origin::App { temp, app } => {
-            check_ancestors(
+            let tmp = open_parent(
                 temp,
                 uid,
                 "point TMPDIR at a directory that only you (or root) can write, such as $XDG_RUNTIME_DIR",
+                "open the temporary directory",
             )?;
-            let tmp = Real
-                .open_dir_path(temp)
-                .map_err(|e| Error::io("open the temporary directory", temp, e))?;
-            let base_name = paths::base_name(app, uid);
+            let base_name = crate::sys::base_name(app, uid);
             let Some((base, _)) =
                 open_private(&tmp, temp, &base_name, uid, Role::Namespace, create)?
             else {
@@ -326,14 +313,12 @@ fn open_origin(
                     })
                 }
             };
-            check_ancestors(
+            let p = open_parent(
                 parent,
                 uid,
                 "choose a lock directory whose parents only you (or root) can write",
+                "open the parent of the lock directory",
             )?;
-            let p = Real
-                .open_dir_path(parent)
-                .map_err(|e| Error::io("open the parent of the lock directory", parent, e))?;
             open_private(&p, parent, name, uid, Role::Chosen, create)
         }
     }
@@ -356,7 +341,7 @@ impl LockDir {
         Ok(LockDir {
             path,
             origin,
-            dir: PerProcess::with(opened, unopened),
+            dir: PerProcess::with(opened, || None),
             uid,
             shared,
         })

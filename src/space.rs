@@ -61,6 +61,44 @@ pub(crate) enum Unreadable {
     Io(io::Error),
 }
 
+/// How something dirlock would trust breaks the privacy rule ([`breach`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Breach {
+    /// Another user owns it.
+    Owner,
+    /// `anyone` or `its group` ([`writers`]) may write it.
+    Written(&'static str),
+}
+
+/// Who besides its owner may write something with permission bits `mode`: `anyone`, `its
+/// group`, or (`None`) no one.
+pub(crate) fn writers(mode: u32) -> Option<&'static str> {
+    if mode & 0o002 != 0 {
+        Some("anyone")
+    } else if mode & 0o020 != 0 {
+        Some("its group")
+    } else {
+        None
+    }
+}
+
+/// The privacy rule, stated once: what dirlock trusts (the lock directory, each lock, guard
+/// and owner record in it) is **owned by this user (`uid`) and written by no one else**.
+/// Others may read it: a record holds nothing secret, and another operating system's program
+/// sharing the directory (a Windows one under Wine) makes its locks readable by all; only
+/// writing lets others replace or remove a lock. In a lock directory a group shares
+/// (`shared`; see [`Space::shared`]), its group may write too and what a member owns is as
+/// trusted as ours, but what anyone may write never is. `None` when it keeps the rule.
+pub(crate) fn breach(meta: &Meta, uid: u32, shared: bool) -> Option<Breach> {
+    if shared {
+        return (meta.mode & 0o002 != 0).then_some(Breach::Written("anyone"));
+    }
+    if meta.uid != uid {
+        return Some(Breach::Owner);
+    }
+    writers(meta.mode).map(Breach::Written)
+}
+
 impl<S: System> Space<'_, S> {
     /// The mode of a directory we make: private, or, in a group's directory, the group's too
     /// (setgid kept, so that what is made inside is the group's).
@@ -90,28 +128,17 @@ impl<S: System> Space<'_, S> {
         Error::io(op, self.entry(name), e)
     }
 
-    /// Checks that an entry can be trusted: ours, and written by no one else (others may read
-    /// it: a record holds nothing secret, and another operating system's program sharing the
-    /// directory, such as a Windows one under Wine, makes its locks readable by all); `what`
-    /// names it in the problem. What this crate makes is private (0700, 0600) all the same.
+    /// Checks that an entry can be trusted by the privacy rule ([`breach`]); `what` names it in
+    /// the problem. What this crate makes is private (0700, 0600) all the same.
     pub fn private_problem(&self, meta: &Meta, what: &str) -> Option<String> {
-        if self.shared.is_some() {
-            // In a directory only the group (and root) can write, a member's entry is as
-            // trusted as ours; one that anyone may write is not.
-            return (meta.mode & 0o002 != 0)
-                .then(|| format!("{what} has {}", crate::sys::mode_words(meta.mode)));
-        }
-        if meta.uid != self.uid {
-            return Some(format!(
+        Some(match breach(meta, self.uid, self.shared.is_some())? {
+            Breach::Owner => format!(
                 "{what} is owned by {}, not {}",
                 crate::sys::owner_words(meta.uid),
                 crate::sys::owner_words(self.uid)
-            ));
-        }
-        if meta.mode & 0o022 != 0 {
-            return Some(format!("{what} has {}", crate::sys::mode_words(meta.mode)));
-        }
-        None
+            ),
+            Breach::Written(_) => format!("{what} has {}", crate::sys::mode_words(meta.mode)),
+        })
     }
 
     /// Whether the lock directory itself was removed (a temp cleaner, `rm -rf`): nothing can

@@ -49,32 +49,37 @@ pub(crate) fn doctor(dir: Option<PathBuf>, json: bool) -> Result<ExitCode, Failu
         2
     };
     let text = if json {
-        let finding = |f: &Finding| match f {
-            Finding::Holds => json!({ "state": "holds", "why": null }),
-            Finding::Lost(why) => json!({ "state": "lost", "why": why }),
-            Finding::Untold(why) => json!({ "state": "untold", "why": why }),
-            _ => json!({ "state": "untold", "why": null }),
-        };
-        let mut value = json!({
-            "schema": 1,
-            "path": null,
-            "exists": !not_yet,
-            "filesystem": found.filesystem,
-            "usable": !cannot_live,
-            "shared_with_gid": found.shared_with,
-            "private": finding(&found.private),
-            "writable": finding(&found.writable),
-            "exclusive_rename": finding(&found.exclusive_rename),
-            "kernel_proof": finding(&found.kernel_proof),
-            "local": finding(&found.local),
-        });
-        crate::status::json_path(&mut value, &dir);
-        format!("{value}\n")
+        as_json(&dir, &found, not_yet, cannot_live)
     } else {
         describe(&dir, &found, not_yet, cannot_live)
     };
     emit(&text)?;
     Ok(ExitCode::from(code))
+}
+
+/// The findings for programs (`--json`).
+fn as_json(dir: &std::path::Path, found: &Diagnosis, not_yet: bool, cannot_live: bool) -> String {
+    let finding = |f: &Finding| match f {
+        Finding::Holds => json!({ "state": "holds", "why": null }),
+        Finding::Lost(why) => json!({ "state": "lost", "why": why }),
+        Finding::Untold(why) => json!({ "state": "untold", "why": why }),
+        _ => json!({ "state": "untold", "why": null }),
+    };
+    let mut value = json!({
+        "schema": 1,
+        "path": null,
+        "exists": !not_yet,
+        "filesystem": found.filesystem,
+        "usable": !cannot_live,
+        "shared_with_gid": found.shared_with,
+        "private": finding(&found.private),
+        "writable": finding(&found.writable),
+        "exclusive_rename": finding(&found.exclusive_rename),
+        "kernel_proof": finding(&found.kernel_proof),
+        "local": finding(&found.local),
+    });
+    crate::status::json_path(&mut value, dir);
+    format!("{value}\n")
 }
 
 fn describe(dir: &std::path::Path, found: &Diagnosis, not_yet: bool, cannot_live: bool) -> String {

@@ -60,20 +60,7 @@ pub(crate) fn run(
     opts: &RunOptions,
     command: &Program,
 ) -> Result<ExitCode, Failure> {
-    // Before any thread starts: the signals that would end us (SIGINT, SIGTERM, SIGHUP,
-    // SIGQUIT, SIGUSR1, ...; those the caller made ignored stay ignored) are received by a
-    // thread of ours, not by their default actions. While the lock is awaited they abandon the
-    // wait, and once nothing is left behind we die of them (nothing runs, as with flock(1));
-    // one that comes before the command has started keeps it from starting; once it runs they
-    // are forwarded to it (and `dirlock run` itself waits for it and releases).
-    sys::block_forwarded_signals().map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
-    let cancel =
-        Cancel::new().map_err(|e| Failure(format!("cannot make a cancel handle: {e}"), 1))?;
-    let gate = Arc::new(
-        sys::StartGate::new().map_err(|e| Failure(format!("cannot make a pipe: {e}"), 1))?,
-    );
-    let phase = Arc::new(Mutex::new(Phase::Setup));
-    handle_signals(&phase, &cancel, &gate);
+    let (phase, cancel, gate) = catch_signals()?;
     let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
     let req = select(sel)?;
     let what = req.resource()?;
@@ -90,6 +77,35 @@ pub(crate) fn run(
         *phase = Phase::Starting(None);
     }
     let guard = acquired?;
+    announce(&guard, &what, started, opts);
+    let (guard, child) = start(guard, opts, command, &gate, &phase)?;
+    finish(child, guard, &what, opts, &phase)
+}
+
+/// Where `run` is, how to abandon its wait, and the gate that keeps the command from starting:
+/// what the signal thread acts on.
+type Catching = (Arc<Mutex<Phase>>, Cancel, Arc<sys::StartGate>);
+
+/// Before any thread starts: the signals that would end us (SIGINT, SIGTERM, SIGHUP,
+/// SIGQUIT, SIGUSR1, ...; those the caller made ignored stay ignored) are received by a
+/// thread of ours, not by their default actions. While the lock is awaited they abandon the
+/// wait, and once nothing is left behind we die of them (nothing runs, as with flock(1));
+/// one that comes before the command has started keeps it from starting; once it runs they
+/// are forwarded to it (and `dirlock run` itself waits for it and releases).
+fn catch_signals() -> Result<Catching, Failure> {
+    sys::block_forwarded_signals().map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
+    let cancel =
+        Cancel::new().map_err(|e| Failure(format!("cannot make a cancel handle: {e}"), 1))?;
+    let gate = Arc::new(
+        sys::StartGate::new().map_err(|e| Failure(format!("cannot make a pipe: {e}"), 1))?,
+    );
+    let phase = Arc::new(Mutex::new(Phase::Setup));
+    handle_signals(&phase, &cancel, &gate);
+    Ok((phase, cancel, gate))
+}
+
+/// Says how long it took (-v), and, unless -q, whose lock it took over.
+fn announce(guard: &LockGuard, what: &str, started: std::time::Instant, opts: &RunOptions) {
     if opts.verbose {
         say(&format!(
             "took {what} ({}) after {}",
@@ -106,14 +122,26 @@ pub(crate) fn run(
             "took over {what} from {dead}{taken}, which ended without releasing it: its work may be half done; the command finds its record in {RECLAIMED_FROM}"
         ));
     }
-    let spawned = spawn(&guard, opts, command, &gate);
+}
+
+/// Starts the command under `guard`; one that cannot start releases it (and a signal that
+/// stopped it at the gate ends us).
+fn start(
+    guard: LockGuard,
+    opts: &RunOptions,
+    command: &Program,
+    gate: &sys::StartGate,
+    phase: &Mutex<Phase>,
+) -> Result<(LockGuard, Child), Failure> {
+    let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
+    let spawned = spawn(&guard, opts, command, gate);
     // A signal that came while the command was being started: it stopped the command at the
     // gate (or, the gate passed already, the command gets it below).
     let stopped = match (&spawned, &*lock_phase()) {
         (Err(_), Phase::Starting(Some(sig))) => Some(*sig),
         _ => None,
     };
-    let mut child = match spawned {
+    let child = match spawned {
         Ok(c) => c,
         Err(failure) => {
             let _ = guard.release();
@@ -128,11 +156,22 @@ pub(crate) fn run(
         // It came after the command passed the gate: it may have missed it.
         sys::send_signal(child.id(), sig);
     }
+    Ok((guard, child))
+}
+
+/// Waits for the command and releases after it exits, whatever happened to it: `run` exits
+/// with its status (1 for a success whose lock was lost meanwhile).
+fn finish(
+    mut child: Child,
+    guard: LockGuard,
+    what: &str,
+    opts: &RunOptions,
+    phase: &Mutex<Phase>,
+) -> Result<ExitCode, Failure> {
     let status = child.wait();
-    *lock_phase() = Phase::Done;
+    *phase.lock().unwrap_or_else(|e| e.into_inner()) = Phase::Done;
     // What the command left running may outlive us now, as on Unix (without the lock).
     sys::command_exited();
-    // Released after the command exits, whatever happened to it.
     let released = guard.release();
     let status = status.map_err(|e| Failure(format!("cannot wait for the command: {e}"), 1))?;
     let code = sys::exit_code(&status);
@@ -258,27 +297,31 @@ fn spawn(
     // Last, just before the exec: a stop signal that came meanwhile keeps the command from
     // starting.
     gate.guard(&mut cmd);
-    cmd.spawn().map_err(|e| {
-        if sys::StartGate::stopped(&e) {
-            return Failure("stopped before the command started".into(), 1);
-        }
-        let code = if e.kind() == std::io::ErrorKind::NotFound {
-            127
-        } else {
-            126
-        };
-        let program = shown(Path::new(cmd.get_program()));
-        let why = if sys::too_large(&e) {
-            // Not the command's fault: say what is large.
-            let env: usize = std::env::vars_os()
-                .map(|(k, v)| k.len() + v.len() + 2)
-                .sum();
-            format!(
-                "{e}: its arguments and environment (this process's is {env} bytes) are more than the system takes; shorten them, or remove variables it does not need (`env -u NAME`)"
-            )
-        } else {
-            e.to_string()
-        };
-        Failure(format!("cannot run {program}: {why}"), code)
-    })
+    cmd.spawn().map_err(|e| spawn_failure(&e, &cmd))
+}
+
+/// Why command `cmd` did not start (`e`), with the conventional status: 127 when it is not
+/// found, else 126.
+fn spawn_failure(e: &std::io::Error, cmd: &std::process::Command) -> Failure {
+    if sys::StartGate::stopped(e) {
+        return Failure("stopped before the command started".into(), 1);
+    }
+    let code = if e.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    };
+    let program = shown(Path::new(cmd.get_program()));
+    let why = if sys::too_large(e) {
+        // Not the command's fault: say what is large.
+        let env: usize = std::env::vars_os()
+            .map(|(k, v)| k.len() + v.len() + 2)
+            .sum();
+        format!(
+            "{e}: its arguments and environment (this process's is {env} bytes) are more than the system takes; shorten them, or remove variables it does not need (`env -u NAME`)"
+        )
+    } else {
+        e.to_string()
+    };
+    Failure(format!("cannot run {program}: {why}"), code)
 }

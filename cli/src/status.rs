@@ -150,8 +150,18 @@ pub(crate) fn words_for(name: &str) -> String {
 /// it since when, in plain words; `verbose` adds the protocol's details, one per line
 /// (everything read from disk escaped).
 pub(crate) fn describe(st: &Status, what: Option<&str>, verbose: bool) -> String {
-    let mut out = String::new();
     let what = what.map_or_else(|| words_for(&st.name), str::to_owned);
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", summary(st, &what));
+    let _ = writeln!(out, "  path: {}", shown(&st.path));
+    if verbose {
+        details(st, &mut out);
+    }
+    out
+}
+
+/// The first line of [`describe`]: whether `what` can be taken, and who holds it since when.
+fn summary(st: &Status, what: &str) -> String {
     let holder = || {
         let mut h = st.owner.as_ref().map_or_else(
             || "an unknown process".to_owned(),
@@ -162,7 +172,7 @@ pub(crate) fn describe(st: &Status, what: Option<&str>, verbose: bool) -> String
         }
         h
     };
-    let summary = match &st.state {
+    match &st.state {
         State::Free => format!("{what} is free"),
         State::Held => format!("{what} is held by {}", holder()),
         State::DeadByProof => format!(
@@ -194,32 +204,43 @@ pub(crate) fn describe(st: &Status, what: Option<&str>, verbose: bool) -> String
                 .unwrap_or_default()
         ),
         s => format!("{what}: {}", s.name()),
-    };
-    let _ = writeln!(out, "{summary}");
-    let _ = writeln!(out, "  path: {}", shown(&st.path));
-    if !verbose {
-        return out;
     }
+}
+
+/// The protocol's details of [`describe`]'s verbose form, one per line.
+fn details(st: &Status, out: &mut String) {
     let _ = writeln!(out, "  state:      {}", st.state.name());
     if let Some(r) = &st.reason {
         let _ = writeln!(out, "  why:        {}", escape(r));
     }
     if let Some(o) = &st.owner {
-        let mut line = format!("pid {}, token {}", o.pid, escape(&o.token));
-        line.push_str(match o.beacon {
-            Some(true) => ", judged by its beacon",
-            Some(false) => ", no beacon (judged by its pid)",
-            None => ", reference-format record (judged by its pid)",
-        });
-        if let Some(w) = &o.writer {
-            let _ = write!(line, ", written by {}", escape(w));
-        }
-        if let Some(os) = &o.os {
-            let _ = write!(line, " on {}", escape(os));
-        }
-        let _ = writeln!(out, "  owner:      {line}");
+        let _ = writeln!(out, "  owner:      {}", owner_line(o));
     }
-    let guard = match &st.guard {
+    let _ = writeln!(out, "  guard:      {}", guard_words(&st.guard));
+    let _ = writeln!(out, "  candidates: {}", leftovers(&st.candidates));
+    let _ = writeln!(out, "  tombstones: {}", leftovers(&st.tombstones));
+}
+
+/// The owner record, as [`details`] shows it.
+fn owner_line(o: &dirlock::Owner) -> String {
+    let mut line = format!("pid {}, token {}", o.pid, escape(&o.token));
+    line.push_str(match o.beacon {
+        Some(true) => ", judged by its beacon",
+        Some(false) => ", no beacon (judged by its pid)",
+        None => ", reference-format record (judged by its pid)",
+    });
+    if let Some(w) = &o.writer {
+        let _ = write!(line, ", written by {}", escape(w));
+    }
+    if let Some(os) = &o.os {
+        let _ = write!(line, " on {}", escape(os));
+    }
+    line
+}
+
+/// The reclaim guard, as [`details`] shows it.
+fn guard_words(guard: &GuardState) -> String {
+    match guard {
         GuardState::Leftover { marked: true, age } => format!(
             "left by a crashed reclaimer {} ago (reused at once by the next one)",
             span(*age)
@@ -230,26 +251,24 @@ pub(crate) fn describe(st: &Status, what: Option<&str>, verbose: bool) -> String
         ),
         GuardState::Busy => "busy: a process is reclaiming the lock".to_owned(),
         g => g.name().to_owned(),
-    };
-    let _ = writeln!(out, "  guard:      {guard}");
-    let list = |v: &[dirlock::Leftover]| {
-        if v.is_empty() {
-            "none".to_owned()
-        } else {
-            v.iter()
-                .map(|l| {
-                    let who = match l.creator_alive {
-                        Some(true) => ", creator alive",
-                        Some(false) => ", creator gone",
-                        None => "",
-                    };
-                    format!("{} ({} old{who})", escape(&l.name), span(l.age))
-                })
-                .collect::<Vec<_>>()
-                .join("\n              ")
-        }
-    };
-    let _ = writeln!(out, "  candidates: {}", list(&st.candidates));
-    let _ = writeln!(out, "  tombstones: {}", list(&st.tombstones));
-    out
+    }
+}
+
+/// Leftover candidates or tombstones, as [`details`] shows them.
+fn leftovers(v: &[dirlock::Leftover]) -> String {
+    if v.is_empty() {
+        "none".to_owned()
+    } else {
+        v.iter()
+            .map(|l| {
+                let who = match l.creator_alive {
+                    Some(true) => ", creator alive",
+                    Some(false) => ", creator gone",
+                    None => "",
+                };
+                format!("{} ({} old{who})", escape(&l.name), span(l.age))
+            })
+            .collect::<Vec<_>>()
+            .join("\n              ")
+    }
 }

@@ -33,13 +33,16 @@ pub use unix::{CancelHandle, Real};
 #[cfg(windows)]
 pub(crate) use windows::filesystem;
 #[cfg(windows)]
-pub(crate) use windows::name_on_disk;
-#[cfg(windows)]
 use windows::process_key;
 #[cfg(all(windows, feature = "tokio"))]
 pub(crate) use windows::{check_reactor, sleep_async};
 #[cfg(windows)]
 pub use windows::{CancelHandle, Real};
+// The platform's part of naming (paths.rs) and of the lock directory's checks (lockdir.rs).
+#[cfg(unix)]
+pub(crate) use unix::{access::*, naming::*};
+#[cfg(windows)]
+pub(crate) use windows::{access::*, naming::*};
 
 /// The longest environment variable (`NAME=value` and its terminator) a spawned program can be
 /// given: Linux's `MAX_ARG_STRLEN` (32 pages: 128 KiB with 4 KiB pages, 2 MiB with 64 KiB

@@ -11,16 +11,19 @@
 #[path = "../../../tests/common/mod.rs"]
 mod common;
 
+mod advice;
 mod chaos;
 mod cli;
 mod doctor;
 mod environment;
 mod faults;
+mod flock;
 mod habits;
 mod hardening;
 mod interop;
 mod names;
 mod safety;
+mod signals;
 
 use std::ffi::OsString;
 use std::process::Command;

@@ -24,47 +24,40 @@ fn micros_of(tv: &libc::timeval) -> Option<u64> {
 
 /// `kern.boottime` in microseconds since the epoch. FreeBSD moves it when the clock is set.
 fn boot_time() -> Option<u64> {
-    let mib = [libc::CTL_KERN, libc::KERN_BOOTTIME];
-    // SAFETY: timeval is plain data; all-zero is valid and sysctl overwrites it.
-    let mut tv: libc::timeval = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::timeval>();
-    // SAFETY: `mib` holds 2 names; `tv` is writable for `len` bytes; nothing is set.
+    // SAFETY: timeval is plain data.
+    micros_of(&unsafe { sysctl::<libc::timeval>(&[libc::CTL_KERN, libc::KERN_BOOTTIME]) }?)
+}
+
+/// The value of sysctl `mib`, when it is exactly a `T` (a process that is gone answers with no
+/// data).
+///
+/// # Safety
+///
+/// `T` must be plain data (a C structure), for which all-zero bytes are valid.
+unsafe fn sysctl<T>(mib: &[libc::c_int]) -> Option<T> {
+    // SAFETY: the caller promises all-zero is a valid `T`; sysctl overwrites it.
+    let mut value: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>();
+    // SAFETY: `mib` holds `mib.len()` names; `value` is writable for `len` bytes; nothing is
+    // set.
     let rc = unsafe {
         libc::sysctl(
             mib.as_ptr(),
-            2,
-            (&mut tv as *mut libc::timeval).cast(),
+            mib.len() as libc::c_uint,
+            (&mut value as *mut T).cast(),
             &mut len,
             std::ptr::null(),
             0,
         )
     };
-    (rc == 0 && len == std::mem::size_of::<libc::timeval>())
-        .then(|| micros_of(&tv))
-        .flatten()
+    (rc == 0 && len == std::mem::size_of::<T>()).then_some(value)
 }
 
 /// `ki_start` of process `pid`, in microseconds since the epoch as the kernel reports it now.
 fn reported_start(pid: libc::pid_t) -> Option<u64> {
     let mib = [libc::CTL_KERN, libc::KERN_PROC, libc::KERN_PROC_PID, pid];
-    // SAFETY: kinfo_proc is plain data; all-zero is valid and sysctl overwrites it.
-    let mut kp: libc::kinfo_proc = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::kinfo_proc>();
-    // SAFETY: `mib` holds 4 names; `kp` is writable for `len` bytes; nothing is set.
-    let rc = unsafe {
-        libc::sysctl(
-            mib.as_ptr(),
-            4,
-            (&mut kp as *mut libc::kinfo_proc).cast(),
-            &mut len,
-            std::ptr::null(),
-            0,
-        )
-    };
-    // A process that is gone answers with no data (len 0).
-    (rc == 0 && len == std::mem::size_of::<libc::kinfo_proc>())
-        .then(|| micros_of(&kp.ki_start))
-        .flatten()
+    // SAFETY: kinfo_proc is plain data.
+    micros_of(&unsafe { sysctl::<libc::kinfo_proc>(&mib) }?.ki_start)
 }
 
 /// The start of process `pid`, in microseconds since boot. FreeBSD reports `ki_start` as the

@@ -13,7 +13,9 @@
 //! `boot_id`, `pid_namespace`, and a `Watch` with `watch`, `Watch::fds` and `Watch::woken`.
 #![allow(unsafe_code)]
 
+pub(super) mod access;
 mod identity;
+pub(super) mod naming;
 mod wait;
 #[cfg(feature = "tokio")]
 mod wait_async;
@@ -38,6 +40,7 @@ use linux as platform;
 #[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
 use other as platform;
 
+pub(crate) use access::{group_of, in_group};
 pub(crate) use identity::process_key;
 use identity::{getpid, read_identity};
 pub use platform::Watch;
@@ -504,36 +507,6 @@ pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
     }
 }
 
-/// Runs `f` in a forked child of this process (the calling thread's copy; the parent forgets
-/// `f`) and says whether the child finished within `limit`: a child that did not (it waits
-/// for a lock a thread of this process held at the fork) is killed. For the tests of what a
-/// forked child may touch.
-/// The group that owns directory `dir`.
-pub(crate) fn group_of(dir: &OwnedFd) -> Option<u32> {
-    // SAFETY: `stat` is plain old data; all-zero is a valid value that fstat overwrites.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `dir` is an open descriptor borrowed for the call; `st` is a valid out-pointer.
-    retry(|| unsafe { libc::fstat(dir.as_raw_fd(), &mut st) }).ok()?;
-    Some(st.st_gid)
-}
-
-/// Whether this process is in group `gid` (its effective group, or a supplementary one).
-pub(crate) fn in_group(gid: u32) -> bool {
-    // SAFETY: getegid takes nothing and cannot fail.
-    if unsafe { libc::getegid() } == gid {
-        return true;
-    }
-    // SAFETY: with a size of 0, getgroups only counts the groups.
-    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
-    let Ok(len) = usize::try_from(n) else {
-        return false;
-    };
-    let mut groups: Vec<libc::gid_t> = vec![0; len];
-    // SAFETY: `groups` is writable for `n` entries; getgroups writes at most that many.
-    let got = unsafe { libc::getgroups(n, groups.as_mut_ptr()) };
-    usize::try_from(got).is_ok_and(|got| groups[..got.min(len)].contains(&gid))
-}
-
 /// The filesystem `dir` is on: its type (`ext4`, `fuse.bindfs`, `nfs4`, `apfs`) and, where
 /// the platform tells them, its mount options.
 #[cfg(not(any(target_os = "macos", target_os = "freebsd")))]
@@ -561,6 +534,10 @@ pub(crate) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
 }
 
 #[cfg(test)]
+/// Runs `f` in a forked child of this process (the calling thread's copy; the parent forgets
+/// `f`) and says whether the child finished within `limit`: a child that did not (it waits
+/// for a lock a thread of this process held at the fork) is killed. For the tests of what a
+/// forked child may touch.
 pub(crate) fn finishes_in_a_fork(limit: Duration, f: impl FnOnce()) -> bool {
     // SAFETY: the child runs only `f`, which tests make of drops and lock-free calls, and
     // leaves through _exit without unwinding or running its parent's destructors.

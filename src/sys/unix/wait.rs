@@ -96,6 +96,21 @@ fn ms(timeout: Option<Duration>) -> libc::c_int {
     }
 }
 
+/// What [`sleep`] polls: the cancel's fd, then the watch's (each -1 where there is none; poll
+/// skips it).
+fn slots(watch: Option<&Watch>, cancel: Option<&CancelHandle>) -> Vec<libc::pollfd> {
+    let cancel_fd = cancel.map_or(-1, |c| c.read.as_raw_fd());
+    let watched = watch.map_or([-1; 3], Watch::fds);
+    std::iter::once(cancel_fd)
+        .chain(watched)
+        .map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect()
+}
+
 /// Sleeps until `watch` fires, `timeout` passes or `cancel` is fired.
 pub(super) fn sleep(
     watch: Option<&Watch>,
@@ -105,17 +120,7 @@ pub(super) fn sleep(
     if cancel.is_some_and(|c| c.is_fired()) {
         return Ok(Wake::Cancelled);
     }
-    // Slots: the cancel's fd, then the watch's (each -1 where there is none; poll skips it).
-    let cancel_fd = cancel.map_or(-1, |c| c.read.as_raw_fd());
-    let watched = watch.map_or([-1; 3], Watch::fds);
-    let mut fds: Vec<libc::pollfd> = std::iter::once(cancel_fd)
-        .chain(watched)
-        .map(|fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
+    let mut fds = slots(watch, cancel);
     // A deadline beyond what the clock can count (`Duration::MAX`) is no deadline.
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     // A watch that cannot see what it waits for (a pid-judged holder's exit without a pidfd or

@@ -1,0 +1,112 @@
+//! Advice that is safe to follow: never to change a directory others may share, in this
+//! command's own terms.
+
+use crate::cli::{dirlock, text};
+use crate::common::*;
+use crate::BIN;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+/// Runs the command as uid 65534 (a normal user), when this test runs as root.
+fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
+    (is_root() && have("setpriv")).then(|| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+            .args(args)
+            .env("TMPDIR", tmpdir)
+            .output()
+            .unwrap()
+    })
+}
+
+/// A directory the user names may be shared (/tmp), or used by others for something else (a
+/// project checkout, /usr as root): the advice never is to change it, and speaks in this
+/// command's options, not the library's API.
+#[test]
+fn a_shared_directory_is_never_to_be_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, mode) in [("shared", 0o1777), ("team", 0o775)] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        let lock = format!("{}/x.lock", dir.display());
+        let check = |out: &Output, who: &str| {
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{name}, {who}: {err}");
+            assert!(
+                !err.contains("chmod")
+                    && !err.contains("remove")
+                    && err.contains("only you can write"),
+                "{name}, {who}: dangerous or missing advice: {err}"
+            );
+            assert!(
+                err.contains("--lock NAME") && err.contains("--dir") && !err.contains("Locks::"),
+                "{name}, {who}: {err}"
+            );
+        };
+        check(
+            &Command::new(BIN)
+                .args(["run", "-n", "--lock", &lock, "--", "true"])
+                .output()
+                .unwrap(),
+            "this user",
+        );
+        // As another (normal) user, the directory is not even theirs: still no advice to
+        // change it.
+        if let Some(out) = as_nobody(&["run", "-n", "--lock", &lock, "--", "true"], tmp.path()) {
+            check(&out, "uid 65534");
+        }
+        assert_eq!(
+            crate::common::mode(&dir),
+            mode,
+            "{name}: refused, not changed"
+        );
+    }
+}
+
+#[test]
+fn relative_lock_paths_resolve_against_the_working_directory() {
+    let fx = Fixture::new();
+    let out = Command::new(BIN)
+        .args(["run", "-n", "--lock", "./locks/r.lock", "--", "true"])
+        .current_dir(fx.tmp.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["path", "--lock", "locks/r.lock"])
+        .current_dir(fx.tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        fx.dir().join("r.lock").display().to_string()
+    );
+    let out = Command::new(BIN)
+        .args(["path", "--dir", ".", "--lock", "r.lock"])
+        .current_dir(fx.dir())
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&out.stdout).trim_end(),
+        fx.dir().join("r.lock").display().to_string()
+    );
+}
+
+#[test]
+fn the_command_advises_in_its_own_terms() {
+    let fx = Fixture::new();
+    let _h = Holder::start(fx.dir(), &["--lock", "a.lock"]);
+    let err = text(&dirlock(fx.dir(), &["run", "-n", "--lock", "a.lock", "--", "true"]).stderr);
+    assert!(
+        err.contains("--wait-forever") && !err.contains("Wait::"),
+        "{err}"
+    );
+    plant(fx.dir(), "m.lock", "garbage", Duration::ZERO);
+    let err = text(&dirlock(fx.dir(), &["run", "-n", "--lock", "m.lock", "--", "true"]).stderr);
+    assert!(
+        err.contains("dirlock unlock --force") && !err.contains("LockRequest"),
+        "{err}"
+    );
+}

@@ -1,0 +1,155 @@
+//! Signals: any that would end `dirlock run` abandons a wait and runs nothing; one that comes
+//! while the command starts is not lost.
+
+use crate::common::*;
+use crate::{dirlock_in, BIN};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Any signal that ends a process by default abandons a wait: nothing is left behind (no
+/// candidate until a sweep), nothing runs, and `dirlock run` dies of the signal, as flock(1)
+/// does (SIGQUIT and SIGUSR1 once killed it with its candidate left; SIGPIPE was ignored).
+#[test]
+fn signals_abandon_a_wait_and_run_nothing() {
+    for (sig, code, how) in [
+        (libc::SIGTERM, 143, "--wait-forever"),
+        (libc::SIGINT, 130, "--wait-forever"),
+        (libc::SIGHUP, 129, "--timeout=30"),
+        (libc::SIGTERM, 143, "global"),
+        (libc::SIGQUIT, 131, "--wait-forever"),
+        (libc::SIGUSR1, 138, "--wait-forever"),
+        (libc::SIGUSR2, 140, "--timeout=30"),
+        (libc::SIGALRM, 142, "--wait-forever"),
+        (libc::SIGPIPE, 141, "--wait-forever"),
+    ] {
+        let fx = Fixture::new();
+        let target: Vec<String> = if how == "global" {
+            vec!["--global-setup".into(), fx.repo().display().to_string()]
+        } else {
+            vec!["--lock".into(), "w.lock".into(), how.into()]
+        };
+        let holder_args: Vec<&str> = target
+            .iter()
+            .filter(|a| !a.starts_with("--wait-forever") && !a.starts_with("--timeout"))
+            .map(String::as_str)
+            .collect();
+        let _holder = Holder::start(fx.dir(), &holder_args);
+        let ran = fx.tmp.path().join("ran");
+        let mut args: Vec<&str> = vec!["run"];
+        args.extend(target.iter().map(String::as_str));
+        args.extend(["--", "touch", ran.to_str().unwrap()]);
+        let mut waiter = ChildGuard::spawn(dirlock_in(fx.dir(), &args).stderr(Stdio::piped()));
+        // Waiting: its candidate is staged beside the holder's lock.
+        assert!(eventually(Duration::from_secs(20), || fx
+            .entries()
+            .iter()
+            .any(|e| e.contains(".candidate."))));
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(signal(waiter.0.id(), sig));
+        let status = waiter.wait_for(Duration::from_secs(10));
+        assert_eq!(
+            status.map(shell_status),
+            Some(code),
+            "SIG{sig} while waiting ({how}) must end the wait"
+        );
+        assert!(!ran.exists(), "SIG{sig}: the command ran");
+        assert!(
+            fx.entries().iter().all(|e| !e.contains(".candidate.")),
+            "SIG{sig}: left {:?}",
+            fx.entries()
+        );
+    }
+}
+
+/// Ctrl-C on a terminal reaches a waiting `dirlock run` (the kernel sends SIGINT to the
+/// foreground process group).
+#[test]
+fn ctrl_c_on_a_terminal_abandons_a_wait() {
+    if lacks(
+        "signals::ctrl_c_on_a_terminal_abandons_a_wait",
+        "script(1) from util-linux (a terminal)",
+        have("script"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let _holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
+    let ran = fx.tmp.path().join("ran");
+    let inner = format!(
+        "exec {BIN} run --dir {} --lock w.lock --wait-forever -- touch {}",
+        fx.dir().display(),
+        ran.display()
+    );
+    let mut script = ChildGuard::spawn(
+        Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+    );
+    let mut stdout = script.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        let mut seen = Vec::new();
+        while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            if seen.windows(11).any(|w| w == b"waiting for") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the run never said it waits");
+    let mut stdin = script.0.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"\x03").unwrap();
+    let status = script.wait_for(Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(130), "Ctrl-C ignored");
+    assert!(!ran.exists());
+    assert_eq!(fx.entries(), vec!["w.lock".to_owned()]);
+}
+
+/// A Ctrl-C that comes after the lock is taken but before the command exists is not lost: the
+/// command (started meanwhile) gets it. strace slows the start down to make the window wide.
+#[test]
+fn ctrl_c_while_the_command_starts_is_not_lost() {
+    if lacks(
+        "signals::ctrl_c_while_the_command_starts_is_not_lost",
+        "script(1) and strace",
+        have("script") && have("strace"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let out_file = fx.tmp.path().join("out");
+    let inner = format!(
+        "strace -o /dev/null -f -e trace=clone,clone3 -e inject=clone:delay_enter=2000000 {BIN} run --dir {} --lock a.lock -- sh -c 'echo started > {1}; sleep 3; echo finished >> {1}'",
+        fx.dir().display(),
+        out_file.display()
+    );
+    let mut script = ChildGuard::spawn(
+        Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    // The lock is taken at once (nothing holds it), then the start is delayed 2 s.
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut stdin = script.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"\x03").unwrap();
+    let status = script.wait_for(Duration::from_secs(20));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(130),
+        "the Ctrl-C was lost"
+    );
+    let out = std::fs::read_to_string(&out_file).unwrap_or_default();
+    assert!(
+        !out.contains("finished"),
+        "the command ran to its end: {out:?}"
+    );
+}

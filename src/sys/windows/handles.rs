@@ -1,0 +1,324 @@
+//! Handles and what they tell: owned handles, opening a path without following a link, a
+//! file's identity and metadata, and directory handles (the path each has now).
+
+use super::super::{FileId, Kind, Meta};
+use std::ffi::OsString;
+use std::io;
+use std::os::windows::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use windows_sys::Win32::Foundation::{
+    CloseHandle, ERROR_DIRECTORY, ERROR_STOPPED_ON_SYMLINK, FILETIME, HANDLE, INVALID_HANDLE_VALUE,
+};
+use windows_sys::Win32::Storage::FileSystem::{
+    CreateFileW, FileIdInfo, FileStandardInfo, GetFileInformationByHandle,
+    GetFileInformationByHandleEx, GetFinalPathNameByHandleW, BY_HANDLE_FILE_INFORMATION,
+    FILE_ATTRIBUTE_DEVICE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT,
+    FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT, FILE_ID_INFO, FILE_LIST_DIRECTORY,
+    FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_READ,
+    FILE_SHARE_WRITE, FILE_STANDARD_INFO, OPEN_EXISTING, READ_CONTROL, SYNCHRONIZE,
+    VOLUME_NAME_DOS,
+};
+
+/// An owned handle, closed on drop.
+#[derive(Debug)]
+pub(crate) struct Handle(pub(crate) HANDLE);
+
+// SAFETY: a kernel handle may be used and closed from any thread.
+unsafe impl Send for Handle {}
+// SAFETY: as above; every use through `&Handle` is a system call that is thread-safe.
+unsafe impl Sync for Handle {}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: the handle was returned by a successful open and is closed once.
+        unsafe { CloseHandle(self.0) };
+    }
+}
+
+pub(super) fn owned(h: HANDLE) -> Handle {
+    Handle(h)
+}
+
+/// An open directory, and the sharing-mode lock (beacon or probe) taken through it.
+#[derive(Debug)]
+pub struct Dir {
+    pub(super) handle: Handle,
+    pub(super) lock: Mutex<Option<Handle>>,
+}
+
+/// The filesystem `dir` is on: the volume's file system name (`NTFS`, `ReFS`, `FAT32`), and
+/// no options.
+pub(crate) fn filesystem(dir: &Dir) -> Option<(String, String)> {
+    use windows_sys::Win32::Storage::FileSystem::GetVolumeInformationByHandleW;
+    let mut name = [0u16; 64];
+    // SAFETY: the handle is open; `name` is writable for the length given; every other out
+    // pointer may be null.
+    let ok = unsafe {
+        GetVolumeInformationByHandleW(
+            dir.handle.0,
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            name.as_mut_ptr(),
+            name.len() as u32,
+        )
+    };
+    if ok == 0 {
+        return None;
+    }
+    let len = name.iter().position(|c| *c == 0).unwrap_or(name.len());
+    Some((String::from_utf16_lossy(&name[..len]), String::new()))
+}
+
+pub(super) fn wide(path: &Path) -> Vec<u16> {
+    path.as_os_str().encode_wide().chain(Some(0)).collect()
+}
+
+pub(super) fn last() -> io::Error {
+    io::Error::last_os_error()
+}
+
+/// The result of a call that returns a `BOOL`: zero is failure, told by the last error.
+pub(super) fn done(ret: i32) -> io::Result<()> {
+    if ret == 0 {
+        return Err(last());
+    }
+    Ok(())
+}
+
+/// `path` in the `\\?\` form (`C:\x` as `\\?\C:\x`, `\\server\share\x` as
+/// `\\?\UNC\server\share\x`), which is not limited to MAX_PATH; any other as it is.
+pub(super) fn verbatim(path: &Path) -> PathBuf {
+    use std::path::{Component, Prefix};
+    let mut rest = path.components();
+    let Some(Component::Prefix(p)) = rest.next() else {
+        return path.to_owned();
+    };
+    let mut out = match p.kind() {
+        Prefix::Disk(_) => {
+            let mut s = std::ffi::OsString::from(r"\\?\");
+            s.push(p.as_os_str());
+            PathBuf::from(s)
+        }
+        Prefix::UNC(server, share) => {
+            let mut s = std::ffi::OsString::from(r"\\?\UNC\");
+            s.push(server);
+            s.push(r"\");
+            s.push(share);
+            PathBuf::from(s)
+        }
+        _ => return path.to_owned(),
+    };
+    for c in rest {
+        out.push(c);
+    }
+    out
+}
+
+/// Opens `path` (never following a reparse point) with `access` and `share`.
+pub(super) fn open(
+    path: &Path,
+    access: u32,
+    share: u32,
+    disposition: u32,
+    flags: u32,
+) -> io::Result<Handle> {
+    let w = wide(path);
+    // SAFETY: `w` is NUL-terminated; no security attributes or template.
+    let h = unsafe {
+        CreateFileW(
+            w.as_ptr(),
+            access,
+            share,
+            std::ptr::null(),
+            disposition,
+            flags | FILE_FLAG_OPEN_REPARSE_POINT,
+            std::ptr::null_mut(),
+        )
+    };
+    if h == INVALID_HANDLE_VALUE {
+        return Err(last());
+    }
+    Ok(owned(h))
+}
+
+pub(super) const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;
+
+pub(super) fn info(h: &Handle) -> io::Result<BY_HANDLE_FILE_INFORMATION> {
+    // SAFETY: the structure is plain data; all-zero is valid and the call overwrites it.
+    let mut i: BY_HANDLE_FILE_INFORMATION = unsafe { std::mem::zeroed() };
+    // SAFETY: `h` is open; `i` is a valid out-pointer.
+    done(unsafe { GetFileInformationByHandle(h.0, &mut i) })?;
+    Ok(i)
+}
+
+/// The identity of the file open as `h`: its volume's serial number and its file id. ReFS
+/// ids are 128 bits, and the 64-bit index of `BY_HANDLE_FILE_INFORMATION` need not be unique
+/// there: the whole `FILE_ID_INFO` is read, its two halves folded into one (an NTFS id has a
+/// zero upper half, so it is the same index as before). Where `FileIdInfo` is refused (older
+/// systems, Wine), the 64-bit index `info` gives.
+pub(super) fn file_id(h: &Handle, i: &BY_HANDLE_FILE_INFORMATION) -> FileId {
+    // SAFETY: the structure is plain data; all-zero is valid and the call overwrites it.
+    let mut id: FILE_ID_INFO = unsafe { std::mem::zeroed() };
+    // SAFETY: `h` is open; `id` is a valid out-buffer of the size given.
+    let read = unsafe {
+        GetFileInformationByHandleEx(
+            h.0,
+            FileIdInfo,
+            (&mut id as *mut FILE_ID_INFO).cast(),
+            std::mem::size_of::<FILE_ID_INFO>() as u32,
+        )
+    } != 0;
+    if read {
+        let bytes = id.FileId.Identifier;
+        let low = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        let high = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+        return FileId {
+            dev: id.VolumeSerialNumber,
+            ino: low ^ high.rotate_left(32),
+        };
+    }
+    FileId {
+        dev: u64::from(i.dwVolumeSerialNumber),
+        ino: (u64::from(i.nFileIndexHigh) << 32) | u64::from(i.nFileIndexLow),
+    }
+}
+
+/// 100-nanosecond intervals since 1601 to a `SystemTime`.
+pub(super) fn system_time(t: FILETIME) -> SystemTime {
+    let ticks = (u64::from(t.dwHighDateTime) << 32) | u64::from(t.dwLowDateTime);
+    const EPOCH_DIFF: u64 = 116_444_736_000_000_000; // 1601 to 1970 in 100 ns
+    match ticks.checked_sub(EPOCH_DIFF) {
+        Some(since) => UNIX_EPOCH + Duration::from_nanos(since.saturating_mul(100)),
+        None => UNIX_EPOCH,
+    }
+}
+
+pub(super) fn meta_of(h: &Handle) -> io::Result<Meta> {
+    let i = info(h)?;
+    let attrs = i.dwFileAttributes;
+    let kind = if attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+        Kind::Symlink
+    } else if attrs & FILE_ATTRIBUTE_DEVICE != 0 {
+        Kind::Other
+    } else if attrs & FILE_ATTRIBUTE_DIRECTORY != 0 {
+        Kind::Dir
+    } else {
+        Kind::File
+    };
+    // A file or directory that was deleted while open is "delete pending": report it as
+    // unlinked (link count 0), as a removed directory is on Unix.
+    // SAFETY: the structure is plain data; all-zero is valid and the call overwrites it.
+    let mut standard: FILE_STANDARD_INFO = unsafe { std::mem::zeroed() };
+    // SAFETY: `h` is open; `standard` is writable for its size.
+    let pending = unsafe {
+        GetFileInformationByHandleEx(
+            h.0,
+            FileStandardInfo,
+            (&mut standard as *mut FILE_STANDARD_INFO).cast(),
+            std::mem::size_of::<FILE_STANDARD_INFO>() as u32,
+        )
+    } != 0
+        && standard.DeletePending;
+    let (uid, mode) = super::security::ownership(h.0, kind == Kind::Dir)?;
+    Ok(Meta {
+        id: file_id(h, &i),
+        kind,
+        uid,
+        mode,
+        size: (u64::from(i.nFileSizeHigh) << 32) | u64::from(i.nFileSizeLow),
+        nlink: if pending {
+            0
+        } else {
+            u64::from(i.nNumberOfLinks)
+        },
+        mtime: system_time(i.ftLastWriteTime),
+    })
+}
+
+impl Dir {
+    /// The path this directory has now.
+    pub(super) fn current_path(&self) -> io::Result<PathBuf> {
+        let mut buf = vec![0u16; 512];
+        loop {
+            // SAFETY: `buf` is writable for its length.
+            let n = unsafe {
+                GetFinalPathNameByHandleW(
+                    self.handle.0,
+                    buf.as_mut_ptr(),
+                    buf.len() as u32,
+                    FILE_NAME_NORMALIZED | VOLUME_NAME_DOS,
+                )
+            } as usize;
+            if n == 0 {
+                return Err(last());
+            }
+            if n < buf.len() {
+                buf.truncate(n);
+                return Ok(PathBuf::from(OsString::from_wide(&buf)));
+            }
+            buf.resize(n + 1, 0);
+        }
+    }
+
+    pub(super) fn join(&self, name: &str) -> io::Result<PathBuf> {
+        if name.is_empty() || name.contains(['/', '\\', ':']) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a plain name",
+            ));
+        }
+        Ok(self.current_path()?.join(name))
+    }
+}
+
+/// Opens the directory at `path` as a [`Dir`]; a reparse point (link, junction) is refused as
+/// a symbolic link is by `O_NOFOLLOW`, and anything else that is not a directory as by
+/// `O_DIRECTORY`.
+pub(super) fn open_dir(path: &Path, follow: bool) -> io::Result<Dir> {
+    let access = FILE_LIST_DIRECTORY | FILE_READ_ATTRIBUTES | READ_CONTROL | SYNCHRONIZE;
+    let handle = if follow {
+        let w = wide(path);
+        // SAFETY: `w` is NUL-terminated; no security attributes or template.
+        let h = unsafe {
+            CreateFileW(
+                w.as_ptr(),
+                access,
+                SHARE_ALL,
+                std::ptr::null(),
+                OPEN_EXISTING,
+                FILE_FLAG_BACKUP_SEMANTICS,
+                std::ptr::null_mut(),
+            )
+        };
+        if h == INVALID_HANDLE_VALUE {
+            return Err(last());
+        }
+        owned(h)
+    } else {
+        open(
+            path,
+            access,
+            SHARE_ALL,
+            OPEN_EXISTING,
+            FILE_FLAG_BACKUP_SEMANTICS,
+        )?
+    };
+    let attrs = info(&handle)?.dwFileAttributes;
+    if attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 {
+        return Err(io::Error::from_raw_os_error(
+            ERROR_STOPPED_ON_SYMLINK as i32,
+        ));
+    }
+    if attrs & FILE_ATTRIBUTE_DIRECTORY == 0 {
+        return Err(io::Error::from_raw_os_error(ERROR_DIRECTORY as i32));
+    }
+    Ok(Dir {
+        handle,
+        lock: Mutex::new(None),
+    })
+}

@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf, PrefixComponent};
 
 /// The real path of `path`, as the reference's `fs.realpathSync` makes it, since the lock
 /// name hashes the path's text: on Unix `realpath(3)`; where the platform spells names its own
-/// way (Windows), see [`follow_links`].
+/// way (Windows), see `follow_links`.
 pub(crate) fn real_path(path: &Path) -> io::Result<PathBuf> {
     match crate::sys::DISK_SPELLING {
         None => std::fs::canonicalize(path),

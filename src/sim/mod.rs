@@ -11,7 +11,7 @@
 //! by depth-first search within a preemption bound) and may crash any process there, as
 //! `SIGKILL` would: its descriptors close (dropping its `flock`s) and its thread unwinds
 //! without touching the model again. After every step the invariants I1 to I9 of the protocol
-//! are checked against the model's ground truth.
+//! (`docs/internals.md`, Invariants) are checked against the model's ground truth.
 //!
 //! A failing seed prints the violation and the last steps; `SIM_DEBUG=1` also prints every
 //! scheduling decision. Modes: working `flock` (owners judged by their beacon), no `flock`

@@ -189,30 +189,7 @@ pub(crate) fn errno(n: i32) -> io::Error {
     io::Error::from_raw_os_error(n)
 }
 
-// The error numbers the simulated kernel answers with, as the real `sys` of this platform
-// reports them (Linux's errno values, or the Win32 errors Windows gives for the same cases),
-// so that `sys::is` tells them apart here as it does for real.
-#[cfg(unix)]
-mod numbers {
-    pub(crate) const EBADF: i32 = 9;
-    pub(crate) const EEXIST: i32 = 17;
-    pub(crate) const ENOTDIR: i32 = 20;
-    pub(crate) const EISDIR: i32 = 21;
-    pub(crate) const ENAMETOOLONG: i32 = 36;
-    pub(crate) const ENOLCK: i32 = 37;
-    pub(crate) const ENOTEMPTY: i32 = 39;
-}
-#[cfg(windows)]
-mod numbers {
-    pub(crate) const EBADF: i32 = 6; // ERROR_INVALID_HANDLE
-    pub(crate) const EEXIST: i32 = 183; // ERROR_ALREADY_EXISTS
-    pub(crate) const ENOTDIR: i32 = 267; // ERROR_DIRECTORY
-    pub(crate) const EISDIR: i32 = 5; // ERROR_ACCESS_DENIED
-    pub(crate) const ENAMETOOLONG: i32 = 206; // ERROR_FILENAME_EXCED_RANGE
-    pub(crate) const ENOLCK: i32 = 50; // ERROR_NOT_SUPPORTED
-    pub(crate) const ENOTEMPTY: i32 = 145; // ERROR_DIR_NOT_EMPTY
-}
-pub(crate) use numbers::*;
+pub(crate) use crate::sys::errno::*;
 
 /// What the kernel (and the real `sys`) says about a name that is not one directory entry: a
 /// `/` makes it a path (whose directories do not exist here), a NUL cannot be passed at all,

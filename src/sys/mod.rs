@@ -20,6 +20,28 @@ mod windows;
 
 pub(crate) use per_process::PerProcess;
 
+/// The error numbers this platform's system answers with in the cases the simulation's kernel
+/// models (Unix's `errno` values, or the Win32 errors Windows gives for the same cases), so that
+/// [`is`] tells them apart in the simulation as it does for real.
+#[cfg(any(test, fuzzing))]
+pub(crate) mod errno {
+    #[cfg(unix)]
+    pub(crate) use libc::{EBADF, EEXIST, EISDIR, ENAMETOOLONG, ENOLCK, ENOTDIR, ENOTEMPTY};
+    #[cfg(windows)]
+    mod win32 {
+        use windows_sys::Win32::Foundation as F;
+        pub(crate) const EBADF: i32 = F::ERROR_INVALID_HANDLE as i32;
+        pub(crate) const EEXIST: i32 = F::ERROR_ALREADY_EXISTS as i32;
+        pub(crate) const ENOTDIR: i32 = F::ERROR_DIRECTORY as i32;
+        pub(crate) const EISDIR: i32 = F::ERROR_ACCESS_DENIED as i32;
+        pub(crate) const ENAMETOOLONG: i32 = F::ERROR_FILENAME_EXCED_RANGE as i32;
+        pub(crate) const ENOLCK: i32 = F::ERROR_NOT_SUPPORTED as i32;
+        pub(crate) const ENOTEMPTY: i32 = F::ERROR_DIR_NOT_EMPTY as i32;
+    }
+    #[cfg(windows)]
+    pub(crate) use win32::*;
+}
+
 #[cfg(all(unix, test))]
 pub(crate) use unix::finishes_in_a_fork;
 #[cfg(unix)]

@@ -401,8 +401,9 @@ fn exclusion_holds_across_both_implementations() {
         .parse()
         .unwrap();
     assert_eq!(counter, exits, "a lost update");
-    // dirlock's 36 sections all ran; the reference fails a section now and then (it reports a
-    // lock it sees mid-release as malformed: the flaw PROTOCOL.md describes).
+    // dirlock's 36 sections all ran; the reference fails a section now and then: a record it
+    // cannot read because the holder is releasing it (the lock is gone a moment later) it
+    // reports as malformed, where it should publish again.
     assert!(
         exits >= 36,
         "{exits} sections; reference errors: {reference_errors:?}"

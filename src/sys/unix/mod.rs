@@ -1,16 +1,8 @@
 //! The real [`System`] on Unix: `libc` calls. What every Unix shares is here; what differs
 //! (the no-replace rename, the process start time, the boot identity, and the kernel's
-//! wake-ups) is in one module per platform:
-//!
-//! | | no-replace rename | start time | boot identity | waiting |
-//! | --- | --- | --- | --- | --- |
-//! | [`linux`] | `renameat2(RENAME_NOREPLACE)` | `/proc/<pid>/stat` | `boot_id` | inotify, pidfd |
-//! | [`apple`] (macOS) | `renameatx_np(RENAME_EXCL)` | `proc_pidinfo` | `kern.bootsessionuuid` | [`kqueue`] |
-//! | [`freebsd`] | none: plain `rename`, checked | `sysctl(KERN_PROC_PID)` | none | [`kqueue`] |
-//! | [`other`] | none | none | none | backoff |
-//!
-//! Each platform module offers the same few items: `rename_exclusive`, `start_time`,
-//! `boot_id`, `pid_namespace`, and a `Watch` with `watch`, `Watch::fds` and `Watch::woken`.
+//! wake-ups) is in one module per platform: `linux`, `apple` (macOS), `freebsd`, and `other`
+//! (POSIX alone), with `kqueue` for macOS and FreeBSD. Which platform has what:
+//! `docs/platforms.md`; the items each platform module offers: `ARCHITECTURE.md`.
 #![allow(unsafe_code)]
 
 pub(super) mod access;

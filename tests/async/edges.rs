@@ -1,9 +1,12 @@
 //! The asynchronous acquisition at its edges (see `tests/async.rs`): futures dropped at
 //! every point, refusals, the runtime's limits (descriptors, durations, lost wake-ups).
 
+#[cfg(target_os = "linux")]
 use super::tasks::portable::{self, Holder};
 use super::tasks::{entries, runtime, setup, start_holder, within, LOCK};
-use dirlock::{Cancel, Error, Locks, State, Wait};
+#[cfg(target_os = "linux")]
+use dirlock::Cancel;
+use dirlock::{Error, Locks, State, Wait};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};

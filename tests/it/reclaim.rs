@@ -294,6 +294,14 @@ fn a_fresh_foreign_guard_is_respected_and_an_old_one_reused() {
     plant(fx.dir(), &name, &reference_record(dead_pid()), OLD);
     // The reference implementation's guard: a bare directory, no flock, no marker.
     let guard = private_dir(&fx.dir().join(format!("{name}.reclaim")));
+    let takeable = || {
+        fx.locks
+            .repository_lock(fx.repo())
+            .status()
+            .unwrap()
+            .takeable()
+    };
+    assert!(!takeable(), "status says the lock can be taken");
     let err = fx.locks.repository_lock(fx.repo()).acquire().unwrap_err();
     match &err {
         Error::Guarded {
@@ -308,6 +316,7 @@ fn a_fresh_foreign_guard_is_respected_and_an_old_one_reused() {
     }
     assert!(guard.is_dir(), "nobody removes another process's guard");
     set_age(&guard, OLD);
+    assert!(takeable(), "status says the lock cannot be taken");
     let g = fx.locks.repository_lock(fx.repo()).acquire().unwrap();
     assert_eq!(g.reclaimed_from().unwrap().token, TOKEN);
     assert!(
@@ -324,6 +333,11 @@ fn our_own_crashed_guard_is_reused_at_once() {
     // What a reclaimer killed inside the guard leaves: the directory and our marker, no flock.
     let guard = private_dir(&fx.dir().join(format!("{name}.reclaim")));
     std::fs::write(guard.join("dirlock.guard"), "{\"pid\":1}").unwrap();
+    let status = fx.locks.repository_lock(fx.repo()).status().unwrap();
+    assert!(
+        status.takeable(),
+        "status says the lock cannot be taken: {status:?}"
+    );
     let g = fx.locks.repository_lock(fx.repo()).acquire().unwrap();
     assert_eq!(g.reclaimed_from().unwrap().token, TOKEN);
     assert!(!guard.exists());

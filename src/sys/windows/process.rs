@@ -2,8 +2,8 @@
 //! through a reused pid.
 
 use super::super::Identity;
+use std::io;
 use windows_sys::Win32::Foundation::FILETIME;
-use windows_sys::Win32::Storage::FileSystem::SYNCHRONIZE;
 use windows_sys::Win32::System::SystemInformation::{
     ComputerNamePhysicalDnsHostname, GetComputerNameExW,
 };
@@ -11,15 +11,21 @@ use windows_sys::Win32::System::Threading::{
     GetCurrentProcessId, GetProcessTimes, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
 };
 
-use super::handles::{owned, Handle};
+use super::handles::{last, ticks, Handle};
 
-pub(super) fn process_times(pid: u32) -> Option<(Handle, u64)> {
+/// Opens process `pid` for `access`.
+pub(super) fn open_process(access: u32, pid: u32) -> io::Result<Handle> {
     // SAFETY: OpenProcess takes plain values and returns a handle or null.
-    let h = unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE, 0, pid) };
+    let h = unsafe { OpenProcess(access, 0, pid) };
     if h.is_null() {
-        return None;
+        return Err(last());
     }
-    let h = owned(h);
+    Ok(Handle(h))
+}
+
+/// When process `pid` was created, in 100-nanosecond intervals since 1601.
+pub(super) fn start_time(pid: u32) -> Option<u64> {
+    let h = open_process(PROCESS_QUERY_LIMITED_INFORMATION, pid).ok()?;
     let zero = FILETIME {
         dwLowDateTime: 0,
         dwHighDateTime: 0,
@@ -29,10 +35,7 @@ pub(super) fn process_times(pid: u32) -> Option<(Handle, u64)> {
     if unsafe { GetProcessTimes(h.0, &mut created, &mut exited, &mut kernel, &mut user) } == 0 {
         return None;
     }
-    Some((
-        h,
-        (u64::from(created.dwHighDateTime) << 32) | u64::from(created.dwLowDateTime),
-    ))
+    Some(ticks(created))
 }
 
 fn hostname() -> Option<String> {
@@ -65,7 +68,7 @@ pub(super) fn identity() -> Identity {
         let pid = pid();
         Identity {
             pid,
-            start_time: process_times(pid).map(|(_, t)| t),
+            start_time: start_time(pid),
             boot_id: None,
             host: hostname(),
             pid_namespace: None,

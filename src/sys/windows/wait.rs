@@ -3,7 +3,7 @@
 //! reclaim removes it: both change the names there), and the holder's process, whose handle
 //! is signalled when it exits (a holder that dies without releasing).
 
-use super::{owned, Dir, Handle};
+use super::{open_process, Dir, Handle};
 use crate::sys::Wake;
 use std::io;
 use std::path::Path;
@@ -18,7 +18,7 @@ use windows_sys::Win32::Storage::FileSystem::{
     FILE_NOTIFY_CHANGE_DIR_NAME, FILE_NOTIFY_CHANGE_FILE_NAME,
 };
 use windows_sys::Win32::System::Threading::{
-    CreateEventW, OpenProcess, SetEvent, WaitForMultipleObjects, INFINITE, PROCESS_SYNCHRONIZE,
+    CreateEventW, SetEvent, WaitForMultipleObjects, INFINITE, PROCESS_SYNCHRONIZE,
 };
 
 /// A cancellation signal shared between a waiter and whoever may cancel it (a manual-reset
@@ -42,7 +42,7 @@ impl CancelHandle {
             return Err(io::Error::last_os_error());
         }
         Ok(Arc::new(CancelHandle {
-            event: owned(event),
+            event: Handle(event),
             fired: AtomicBool::new(false),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
@@ -118,13 +118,9 @@ pub(crate) fn watch(lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Op
         };
         (h != INVALID_HANDLE_VALUE && !h.is_null()).then_some(Notification(h))
     });
-    let process = pid.and_then(|pid| {
-        // SAFETY: OpenProcess takes plain values and returns a handle or null.
-        let h = unsafe { OpenProcess(PROCESS_SYNCHRONIZE, 0, pid) };
-        // Null: no such process (the caller's next look sees it), or not ours to wait on (the
-        // directory's changes still come).
-        (!h.is_null()).then(|| owned(h))
-    });
+    // None: no such process (the caller's next look sees it), or not ours to wait on (the
+    // directory's changes still come).
+    let process = pid.and_then(|pid| open_process(PROCESS_SYNCHRONIZE, pid).ok());
     if names.is_none() && process.is_none() {
         return Ok(None);
     }

@@ -59,24 +59,26 @@ pub(super) fn start_time(pid: u32) -> Option<u64> {
     })
 }
 
+/// The value of `sysctl` `name`, and how many of its bytes were written.
+///
+/// # Safety
+///
+/// `T` must be plain data, for which all-zero bytes are a valid value.
+unsafe fn sysctl_named<T>(name: &CStr) -> Option<(T, usize)> {
+    // SAFETY: the caller promises `T` is plain data; all-zero is valid, and sysctl overwrites it.
+    let mut value: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>();
+    let out = (&mut value as *mut T).cast();
+    // SAFETY: the name is NUL-terminated; `value` is writable for `len` bytes, which sysctl
+    // updates to the length it wrote; nothing is set (null, 0).
+    let rc = unsafe { libc::sysctlbyname(name.as_ptr(), out, &mut len, std::ptr::null_mut(), 0) };
+    (rc == 0).then_some((value, len))
+}
+
 /// When this kernel booted: `kern.boottime`.
 pub(super) fn booted() -> Option<std::time::SystemTime> {
-    // SAFETY: timeval is plain data; all-zero is valid, and sysctl overwrites it.
-    let mut tv: libc::timeval = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::timeval>();
-    // SAFETY: the name is NUL-terminated; `tv` is writable for `len` bytes; nothing is set.
-    let rc = unsafe {
-        libc::sysctlbyname(
-            c"kern.boottime".as_ptr(),
-            (&mut tv as *mut libc::timeval).cast(),
-            &mut len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
+    // SAFETY: timeval is plain data.
+    let (tv, _) = unsafe { sysctl_named::<libc::timeval>(c"kern.boottime") }?;
     let since = std::time::Duration::new(
         u64::try_from(tv.tv_sec).ok()?,
         u32::try_from(tv.tv_usec).ok()?.saturating_mul(1000),
@@ -86,22 +88,8 @@ pub(super) fn booted() -> Option<std::time::SystemTime> {
 
 /// `kern.bootsessionuuid`: a UUID drawn at each boot.
 pub(super) fn boot_id() -> Option<String> {
-    let mut buf = [0u8; 64];
-    let mut len = buf.len();
-    // SAFETY: the name is NUL-terminated; `buf` is writable for `len` bytes, which sysctl
-    // updates to the length it wrote; nothing is set (null, 0).
-    let rc = unsafe {
-        libc::sysctlbyname(
-            c"kern.bootsessionuuid".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            &mut len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
+    // SAFETY: a byte array is plain data.
+    let (buf, len) = unsafe { sysctl_named::<[u8; 64]>(c"kern.bootsessionuuid") }?;
     let text = CStr::from_bytes_until_nul(&buf[..len.min(buf.len())]).ok()?;
     text.to_str()
         .ok()

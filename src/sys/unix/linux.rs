@@ -188,6 +188,7 @@ mod inotify {
     use std::collections::HashMap;
     use std::ffi::CString;
     use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
     /// The events that may mean a lock directory changed hands: the final close of the
     /// holder's beacon (its release or its death: the moment the kernel drops its flock), a
@@ -213,11 +214,7 @@ mod inotify {
         generations: u64,
     }
 
-    static INSTANCE: PerProcess<Option<Instance>> = PerProcess::new(none);
-
-    fn none() -> Option<Instance> {
-        None
-    }
+    static INSTANCE: PerProcess<Option<Instance>> = PerProcess::new(|| None);
 
     /// One waiter's share of a watch.
     #[derive(Debug)]
@@ -225,12 +222,8 @@ mod inotify {
         pub(super) instance: RawFd,
         wd: libc::c_int,
         generation: u64,
-        seen: std::sync::atomic::AtomicU64,
+        seen: AtomicU64,
         pub(super) waker: OwnedFd,
-    }
-
-    fn lock() -> std::sync::MutexGuard<'static, Option<Instance>> {
-        INSTANCE.lock()
     }
 
     /// Watches the directory open as `dir` (through `/proc/self/fd/N`, so the very inode that
@@ -240,7 +233,7 @@ mod inotify {
         let waker =
             owned(check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }).ok()?);
         let path = CString::new(format!("/proc/self/fd/{dir}")).ok()?;
-        let mut slot = lock();
+        let mut slot = INSTANCE.lock();
         if slot.is_none() {
             // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
             let fd =
@@ -269,7 +262,7 @@ mod inotify {
             instance: inst.fd.as_raw_fd(),
             wd,
             generation: watched.generation,
-            seen: std::sync::atomic::AtomicU64::new(watched.epoch),
+            seen: AtomicU64::new(watched.epoch),
             waker,
         })
     }
@@ -290,7 +283,7 @@ mod inotify {
     /// process, a storm of readers) or the instance cannot be read, every waiter is woken to
     /// look again: any of them may have missed its lock's release.
     pub(super) fn dispatch() {
-        let mut slot = lock();
+        let mut slot = INSTANCE.lock();
         let Some(inst) = slot.as_mut() else {
             return;
         };
@@ -348,16 +341,15 @@ mod inotify {
             let woken =
                 unsafe { libc::read(self.waker.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) }
                     == 8;
-            let slot = lock();
+            let slot = INSTANCE.lock();
             let epoch = slot
                 .as_ref()
                 .and_then(|i| i.watches.get(&self.wd))
                 .filter(|w| w.generation == self.generation)
                 .map(|w| w.epoch);
-            let changed =
-                woken || epoch != Some(self.seen.load(std::sync::atomic::Ordering::Relaxed));
+            let changed = woken || epoch != Some(self.seen.load(Relaxed));
             if let Some(e) = epoch {
-                self.seen.store(e, std::sync::atomic::Ordering::Relaxed);
+                self.seen.store(e, Relaxed);
             }
             changed
         }
@@ -365,7 +357,7 @@ mod inotify {
 
     impl Drop for Registration {
         fn drop(&mut self) {
-            let mut slot = lock();
+            let mut slot = INSTANCE.lock();
             let Some(inst) = slot.as_mut().filter(|i| i.fd.as_raw_fd() == self.instance) else {
                 return;
             };

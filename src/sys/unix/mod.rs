@@ -198,13 +198,22 @@ pub(super) fn read_to_limit(file: std::fs::File, limit: usize) -> io::Result<Vec
 /// `openat(at, name, flags, 0600)`, retried on EINTR. Callers spell out every flag
 /// (`O_CLOEXEC` included) where they call it.
 fn openat(at: &OwnedFd, name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let n = cstr(name)?;
     // SAFETY: `at` is an open directory and `n` is NUL-terminated; the mode is read only with
     // O_CREAT. The result is a new descriptor or -1.
-    let fd = retry(|| unsafe {
-        libc::openat(at.as_raw_fd(), n.as_ptr(), flags, 0o600 as libc::c_uint)
+    let fd = at_name(at, name, |at, n| unsafe {
+        libc::openat(at, n, flags, 0o600 as libc::c_uint)
     })?;
     Ok(owned(fd))
+}
+
+/// `call(at, name)` on the descriptor of `at` and `name` as a C string, retried on EINTR.
+fn at_name(
+    at: &OwnedFd,
+    name: &str,
+    mut call: impl FnMut(RawFd, *const libc::c_char) -> libc::c_int,
+) -> io::Result<libc::c_int> {
+    let n = cstr(name)?;
+    retry(|| call(at.as_raw_fd(), n.as_ptr()))
 }
 
 impl System for Real {
@@ -248,10 +257,8 @@ impl System for Real {
     }
 
     fn mkdir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
-        let n = cstr(name)?;
         // SAFETY: `at` is an open directory and `n` is NUL-terminated.
-        retry(|| unsafe { libc::mkdirat(at.as_raw_fd(), n.as_ptr(), 0o700) })?;
-        Ok(())
+        at_name(at, name, |at, n| unsafe { libc::mkdirat(at, n, 0o700) }).map(drop)
     }
 
     fn meta(&self, dir: &OwnedFd) -> io::Result<Meta> {
@@ -259,32 +266,26 @@ impl System for Real {
     }
 
     fn meta_at(&self, at: &OwnedFd, name: &str) -> io::Result<Meta> {
-        let n = cstr(name)?;
         // SAFETY: `stat` is plain old data; all-zero is a valid value that fstatat overwrites.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `at` is open, `n` is NUL-terminated and `st` is a valid out-pointer.
-        retry(|| unsafe {
-            libc::fstatat(
-                at.as_raw_fd(),
-                n.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
+        at_name(at, name, |at, n| unsafe {
+            libc::fstatat(at, n, &mut st, libc::AT_SYMLINK_NOFOLLOW)
         })?;
         Ok(meta_of(&st))
     }
 
     fn set_mode(&self, dir: &OwnedFd, mode: u32) -> io::Result<()> {
         // SAFETY: `dir` is an open descriptor.
-        retry(|| unsafe { libc::fchmod(dir.as_raw_fd(), mode as libc::mode_t) })?;
-        Ok(())
+        retry(|| unsafe { libc::fchmod(dir.as_raw_fd(), mode as libc::mode_t) }).map(drop)
     }
 
     fn set_mode_at(&self, at: &OwnedFd, name: &str, mode: u32) -> io::Result<()> {
-        let n = cstr(name)?;
         // SAFETY: `at` is open and `n` is NUL-terminated.
-        retry(|| unsafe { libc::fchmodat(at.as_raw_fd(), n.as_ptr(), mode as libc::mode_t, 0) })?;
-        Ok(())
+        at_name(at, name, |at, n| unsafe {
+            libc::fchmodat(at, n, mode as libc::mode_t, 0)
+        })
+        .map(drop)
     }
 
     fn create_file_at(
@@ -343,22 +344,14 @@ impl System for Real {
             // Never read from a FIFO, socket or device: the caller sees the kind and refuses.
             return Ok((meta, Vec::new()));
         }
-        let bytes = read_to_limit(std::fs::File::from(fd), limit)?;
-        Ok((meta, bytes))
+        Ok((meta, read_to_limit(std::fs::File::from(fd), limit)?))
     }
 
     fn sync_dir(&self, dir: &OwnedFd) -> io::Result<()> {
         // SAFETY: `dir` is open.
         match retry(|| unsafe { libc::fsync(dir.as_raw_fd()) }) {
             // Some filesystems cannot sync a directory; the data was synced already.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
-                ) =>
-            {
-                Ok(())
-            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => Ok(()),
             other => other.map(drop),
         }
     }
@@ -384,17 +377,16 @@ impl System for Real {
     }
 
     fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
-        let n = cstr(name)?;
         // SAFETY: `at` is open and `n` is NUL-terminated.
-        retry(|| unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), 0) })?;
-        Ok(())
+        at_name(at, name, |at, n| unsafe { libc::unlinkat(at, n, 0) }).map(drop)
     }
 
     fn remove_dir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
-        let n = cstr(name)?;
         // SAFETY: `at` is open and `n` is NUL-terminated.
-        retry(|| unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) })?;
-        Ok(())
+        at_name(at, name, |at, n| unsafe {
+            libc::unlinkat(at, n, libc::AT_REMOVEDIR)
+        })
+        .map(drop)
     }
 
     fn list(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {

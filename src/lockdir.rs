@@ -329,22 +329,15 @@ impl LockDir {
     /// checked) by the first acquisition, so that naming or inspecting a lock creates nothing.
     pub(crate) fn open(origin: Origin) -> Result<LockDir, Error> {
         let uid = Real.identity().uid;
-        let path = path_of(&origin, uid);
-        let shared = AtomicU32::new(NOT_SHARED);
-        let opened = match open_origin(&origin, uid, false)? {
-            Some((dir, group)) => {
-                shared.store(group.unwrap_or(NOT_SHARED), Ordering::Relaxed);
-                Some(identified(dir, &path)?)
-            }
-            None => None,
-        };
-        Ok(LockDir {
-            path,
+        let lock_dir = LockDir {
+            path: path_of(&origin, uid),
             origin,
-            dir: PerProcess::with(opened, || None),
+            dir: PerProcess::with(None, || None),
             uid,
-            shared,
-        })
+            shared: AtomicU32::new(NOT_SHARED),
+        };
+        lock_dir.opened(false)?;
+        Ok(lock_dir)
     }
 
     /// The open lock directory, made if it is missing, and made again if it was removed (a

@@ -13,7 +13,7 @@
 //! cancel handle; when it is, the events are drained and the waiter looks again. Every event
 //! in it is this waiter's own, so there is no dispatch between waiters as on Linux.
 
-use super::{check, owned};
+use super::{check, owned, retry};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -54,24 +54,10 @@ fn change(ident: usize, filter: i16, flags: u16, fflags: u32) -> libc::kevent {
 
 /// Applies one change to `kq` (no events are collected).
 fn register(kq: &OwnedFd, ev: &libc::kevent) -> io::Result<()> {
-    loop {
-        // SAFETY: `kq` is an open kqueue; one change is read from `ev`; no event list (null,
-        // 0) and no timeout pointer are given.
-        let n = unsafe {
-            libc::kevent(
-                kq.as_raw_fd(),
-                ev,
-                1,
-                std::ptr::null_mut(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        match check(n) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other.map(drop),
-        }
-    }
+    let (none, no_timeout) = (std::ptr::null_mut(), std::ptr::null());
+    // SAFETY: `kq` is an open kqueue; one change is read from `ev`; no event list (null, 0)
+    // and no timeout pointer are given.
+    retry(|| unsafe { libc::kevent(kq.as_raw_fd(), ev, 1, none, 0, no_timeout) }).map(drop)
 }
 
 /// Registers a waiter: the lock directory's vnode events and, when given, `pid`'s exit.

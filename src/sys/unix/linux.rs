@@ -10,12 +10,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 /// directory's (`major:minor`, as `st_dev` gives it), its type (`ext4`, `fuse.bindfs`, `nfs4`)
 /// and its superblock options (`local_lock=flock` on a per-client NFS mount).
 pub(super) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
-    // SAFETY: all-zero is a valid `stat`, which fstat overwrites; `dir` is open.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `dir` is an open descriptor and `st` is writable.
-    if unsafe { libc::fstat(dir.as_raw_fd(), &mut st) } != 0 {
-        return None;
-    }
+    let st = super::fstat(dir.as_raw_fd()).ok()?;
     let device = format!("{}:{}", libc::major(st.st_dev), libc::minor(st.st_dev));
     let file = std::fs::File::open("/proc/self/mountinfo").ok()?;
     let table = super::read_to_limit(file, 1 << 24).ok()?;

@@ -178,12 +178,13 @@ fn meta_of(st: &libc::stat) -> Meta {
     }
 }
 
-fn fstat(fd: RawFd) -> io::Result<Meta> {
+/// The `stat` of the open descriptor `fd`.
+pub(super) fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     // SAFETY: `stat` is plain old data; all-zero is a valid value that fstat overwrites.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is an open descriptor borrowed for the call; `st` is a valid out-pointer.
     retry(|| unsafe { libc::fstat(fd, &mut st) })?;
-    Ok(meta_of(&st))
+    Ok(st)
 }
 
 /// Reads `file` to its end, but at most `limit + 1` bytes (one more than allowed, so that the
@@ -262,7 +263,7 @@ impl System for Real {
     }
 
     fn meta(&self, dir: &OwnedFd) -> io::Result<Meta> {
-        fstat(dir.as_raw_fd())
+        Ok(meta_of(&fstat(dir.as_raw_fd())?))
     }
 
     fn meta_at(&self, at: &OwnedFd, name: &str) -> io::Result<Meta> {
@@ -326,7 +327,7 @@ impl System for Real {
         } else {
             openat(at, name, flags)?
         };
-        if fstat(fd.as_raw_fd())?.kind != Kind::File {
+        if meta_of(&fstat(fd.as_raw_fd())?).kind != Kind::File {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         Ok(fd)
@@ -339,7 +340,7 @@ impl System for Real {
             name,
             libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
         )?;
-        let meta = fstat(fd.as_raw_fd())?;
+        let meta = meta_of(&fstat(fd.as_raw_fd())?);
         if meta.kind != Kind::File {
             // Never read from a FIFO, socket or device: the caller sees the kind and refuses.
             return Ok((meta, Vec::new()));

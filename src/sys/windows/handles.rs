@@ -66,8 +66,12 @@ pub(crate) fn filesystem(dir: &Dir) -> Option<(String, String)> {
     if ok == 0 {
         return None;
     }
-    let len = name.iter().position(|c| *c == 0).unwrap_or(name.len());
-    Some((String::from_utf16_lossy(&name[..len]), String::new()))
+    Some((String::from_utf16_lossy(until_nul(&name)), String::new()))
+}
+
+/// `units` up to their first NUL, or all of them.
+pub(super) fn until_nul(units: &[u16]) -> &[u16] {
+    &units[..units.iter().position(|&c| c == 0).unwrap_or(units.len())]
 }
 
 pub(super) fn wide(path: &Path) -> Vec<u16> {

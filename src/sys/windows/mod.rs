@@ -178,13 +178,8 @@ impl System for Real {
         _mode: Option<u32>,
     ) -> io::Result<()> {
         // The file inherits the private ACL of the directory it is made in.
-        let h = open(
-            &at.join(name)?,
-            GENERIC_WRITE,
-            FILE_SHARE_READ,
-            CREATE_NEW,
-            0,
-        )?;
+        let path = at.join(name)?;
+        let h = open(&path, GENERIC_WRITE, FILE_SHARE_READ, CREATE_NEW, 0)?;
         let mut rest = contents;
         while !rest.is_empty() {
             let mut n = 0u32;
@@ -224,17 +219,9 @@ impl System for Real {
         let mut got = 0usize;
         while got < bytes.len() {
             let mut n = 0u32;
-            let want = (bytes.len() - got) as u32;
-            // SAFETY: `bytes[got..]` is writable for `want` bytes; `n` receives the count.
-            done(unsafe {
-                ReadFile(
-                    h.0,
-                    bytes[got..].as_mut_ptr(),
-                    want,
-                    &mut n,
-                    std::ptr::null_mut(),
-                )
-            })?;
+            let (rest, null) = (&mut bytes[got..], std::ptr::null_mut());
+            // SAFETY: `rest` is writable for its length; `n` receives the count.
+            done(unsafe { ReadFile(h.0, rest.as_mut_ptr(), rest.len() as u32, &mut n, null) })?;
             if n == 0 {
                 break;
             }
@@ -360,10 +347,9 @@ impl System for Real {
 
 pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
     use super::Errno::*;
-    let Some(n) = e.raw_os_error() else {
+    let Some(n) = e.raw_os_error().map(|n| n as u32) else {
         return false;
     };
-    let n = n as u32;
     match which {
         Exists => n == ERROR_ALREADY_EXISTS || n == ERROR_FILE_EXISTS,
         NotEmpty => n == ERROR_DIR_NOT_EMPTY,

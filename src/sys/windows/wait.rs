@@ -134,6 +134,18 @@ pub(crate) fn watch(lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Op
     }))
 }
 
+/// The handles a sleeper waits on, each with its slot: 0 the cancel event, 1 the change
+/// notification, 2 the holder's process.
+pub(super) fn slots(watch: Option<&Watch>, cancel: Option<&CancelHandle>) -> Vec<(usize, HANDLE)> {
+    let names = watch.and_then(|w| w.names.as_ref()).map(|n| n.0);
+    let process = watch.and_then(|w| w.process.as_ref()).map(|p| p.0);
+    [cancel.map(|c| c.event.0), names, process]
+        .into_iter()
+        .enumerate()
+        .filter_map(|(slot, h)| Some((slot, h?)))
+        .collect()
+}
+
 fn ms(left: Option<Duration>) -> u32 {
     match left {
         None => INFINITE,
@@ -151,21 +163,7 @@ pub(crate) fn sleep(
     if cancel.is_some_and(|c| c.is_fired()) {
         return Ok(Wake::Cancelled);
     }
-    // Slot order: the cancel event, the notification, the process.
-    let mut handles: Vec<HANDLE> = Vec::with_capacity(3);
-    let mut kinds: Vec<u8> = Vec::with_capacity(3);
-    if let Some(c) = cancel {
-        handles.push(c.event.0);
-        kinds.push(0);
-    }
-    if let Some(n) = watch.and_then(|w| w.names.as_ref()) {
-        handles.push(n.0);
-        kinds.push(1);
-    }
-    if let Some(p) = watch.and_then(|w| w.process.as_ref()) {
-        handles.push(p.0);
-        kinds.push(2);
-    }
+    let (kinds, handles): (Vec<usize>, Vec<HANDLE>) = slots(watch, cancel).into_iter().unzip();
     // A deadline beyond what the clock can count (`Duration::MAX`) is no deadline.
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     if handles.is_empty() {

@@ -63,14 +63,6 @@ const NOT_SHARED: u32 = u32::MAX;
 
 type Opened = (Arc<RealDir>, FileId);
 
-fn identified(dir: RealDir, path: &Path) -> Result<Opened, Error> {
-    let id = Real
-        .meta(&dir)
-        .map_err(|e| Error::io("inspect the lock directory", path, e))?
-        .id;
-    Ok((Arc::new(dir), id))
-}
-
 impl std::fmt::Debug for LockDir {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockDir")
@@ -368,7 +360,11 @@ impl LockDir {
         };
         self.shared
             .store(group.unwrap_or(NOT_SHARED), Ordering::Relaxed);
-        let opened = identified(dir, &self.path)?;
+        let id = Real
+            .meta(&dir)
+            .map_err(|e| Error::io("inspect the lock directory", &self.path, e))?
+            .id;
+        let opened = (Arc::new(dir), id);
         *slot = Some(opened.clone());
         Ok(Some(opened))
     }

@@ -1,11 +1,11 @@
 //! macOS: the no-replace rename (`renameatx_np(RENAME_EXCL)`), the process start time from
 //! `proc_pidinfo`, the boot session UUID from `sysctl`, and waiting with [`super::kqueue`].
 
-use super::{cstr, no_exclusive_rename, retry};
+use super::{at_names, no_exclusive_rename};
 pub(super) use libc::__error as errno;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 pub(super) use super::kqueue::watch;
 pub use super::kqueue::Watch;
@@ -14,24 +14,14 @@ pub use super::kqueue::Watch;
 /// [`io::ErrorKind::Unsupported`] where the filesystem does not offer it (`ENOTSUP`; some
 /// network and FUSE filesystems), asked again each time.
 pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
-    retry(|| {
-        // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
-        unsafe {
-            libc::renameatx_np(
-                at.as_raw_fd(),
-                f.as_ptr(),
-                at.as_raw_fd(),
-                t.as_ptr(),
-                libc::RENAME_EXCL,
-            )
-        }
+    // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
+    at_names(at, from, to, |at, f, t| unsafe {
+        libc::renameatx_np(at, f, at, t, libc::RENAME_EXCL)
     })
     .map_err(|e| match e.raw_os_error() {
         Some(libc::ENOTSUP) | Some(libc::EINVAL) => no_exclusive_rename(),
         _ => e,
     })
-    .map(drop)
 }
 
 /// The start of process `pid` in microseconds since the epoch (`pbi_start_tvsec` and
@@ -42,16 +32,9 @@ pub(super) fn start_time(pid: u32) -> Option<u64> {
     // SAFETY: proc_bsdinfo is plain data; all-zero is valid and proc_pidinfo overwrites it.
     let mut info: libc::proc_bsdinfo = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+    let out = (&mut info as *mut libc::proc_bsdinfo).cast();
     // SAFETY: `info` is writable for `size` bytes.
-    let n = unsafe {
-        libc::proc_pidinfo(
-            pid,
-            libc::PROC_PIDTBSDINFO,
-            0,
-            (&mut info as *mut libc::proc_bsdinfo).cast(),
-            size,
-        )
-    };
+    let n = unsafe { libc::proc_pidinfo(pid, libc::PROC_PIDTBSDINFO, 0, out, size) };
     (n == size).then(|| {
         info.pbi_start_tvsec
             .saturating_mul(1_000_000)

@@ -136,19 +136,11 @@ impl Watch {
         };
         // SAFETY: kevent is plain data; all-zero is valid, and the kernel overwrites it.
         let mut events: [libc::kevent; 8] = unsafe { std::mem::zeroed() };
+        let (kq, out) = (self.kq.as_raw_fd(), events.as_mut_ptr());
         loop {
             // SAFETY: `kq` is open; no changes; up to 8 events are written into `events`; the
             // zero timeout makes it return at once.
-            let n = unsafe {
-                libc::kevent(
-                    self.kq.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
-                    events.as_mut_ptr(),
-                    events.len() as _,
-                    &zero,
-                )
-            };
+            let n = unsafe { libc::kevent(kq, std::ptr::null(), 0, out, events.len() as _, &zero) };
             if n < events.len() as libc::c_int {
                 return true; // drained (or an error, which the next poll reports again)
             }

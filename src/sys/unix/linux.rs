@@ -1,7 +1,7 @@
 //! Linux: the no-replace rename (`renameat2`), the identity facts of `/proc`, and waiting with
 //! the process's one inotify instance and the holder's pidfd.
 
-use super::{cstr, no_exclusive_rename, owned, read_small, retry};
+use super::{at_names, no_exclusive_rename, owned, read_small};
 pub(super) use libc::__errno_location as errno;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -36,29 +36,17 @@ fn mount_of(table: &str, device: &str) -> Option<(String, String)> {
 /// `renameat2(RENAME_NOREPLACE)`; [`io::ErrorKind::Unsupported`] where the kernel or the
 /// filesystem does not know the flag (asked again next time: another filesystem may know it).
 pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
     // Interrupted (NFS `intr` mounts): tried again. Had the rename happened, the retry fails
     // and the caller checks whether the target is its own.
-    retry(|| {
+    at_names(at, from, to, |at, f, t| {
         // SAFETY: both names are NUL-terminated and relative to the open directory `at`;
         // renameat2 takes no pointers beyond them.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_renameat2,
-                at.as_raw_fd(),
-                f.as_ptr(),
-                at.as_raw_fd(),
-                t.as_ptr(),
-                libc::RENAME_NOREPLACE,
-            )
-        };
-        ret as libc::c_int
+        unsafe { libc::syscall(libc::SYS_renameat2, at, f, at, t, libc::RENAME_NOREPLACE) as _ }
     })
     .map_err(|e| match e.raw_os_error() {
         Some(libc::EINVAL) | Some(libc::ENOSYS) => no_exclusive_rename(),
         _ => e,
     })
-    .map(drop)
 }
 
 /// Field 22 (`starttime`, clock ticks since boot) of `/proc/<pid>/stat`.

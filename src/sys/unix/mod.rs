@@ -207,6 +207,18 @@ fn openat(at: &OwnedFd, name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
     Ok(owned(fd))
 }
 
+/// `call(at, from, to)` on the descriptor of `at` and the names `from` and `to` as C strings,
+/// retried on EINTR.
+fn at_names(
+    at: &OwnedFd,
+    from: &str,
+    to: &str,
+    mut call: impl FnMut(RawFd, *const libc::c_char, *const libc::c_char) -> libc::c_int,
+) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    retry(|| call(at.as_raw_fd(), f.as_ptr(), t.as_ptr())).map(drop)
+}
+
 /// `call(at, name)` on the descriptor of `at` and `name` as a C string, retried on EINTR.
 fn at_name(
     at: &OwnedFd,
@@ -239,13 +251,9 @@ impl System for Real {
 
     fn open_dir_path(&self, path: &Path) -> io::Result<OwnedFd> {
         let p = cpath(path)?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
         // SAFETY: `p` is NUL-terminated; the result is a new descriptor or -1.
-        let fd = retry(|| unsafe {
-            libc::open(
-                p.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })?;
+        let fd = retry(|| unsafe { libc::open(p.as_ptr(), flags) })?;
         Ok(owned(fd))
     }
 
@@ -298,11 +306,9 @@ impl System for Real {
         mode: Option<u32>,
     ) -> io::Result<()> {
         // O_EXCL | O_NOFOLLOW: a new file, or an error.
-        let fd = openat(
-            at,
-            name,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )?;
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let fd = openat(at, name, flags)?;
         let mut file = std::fs::File::from(fd);
         if let Some(mode) = mode {
             // Exactly this mode, whatever the umask took away.
@@ -363,12 +369,11 @@ impl System for Real {
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
             Err(e) => return Err(e),
         }
-        let (f, t) = (cstr(from)?, cstr(to)?);
         // Plain rename replaces only an empty directory; the protocol's lock directories are
         // never empty and the caller reads the token back.
         // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
-        retry(|| unsafe {
-            libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr())
+        at_names(at, from, to, |at, f, t| unsafe {
+            libc::renameat(at, f, at, t)
         })?;
         Ok(Renamed::Plain)
     }

@@ -49,19 +49,12 @@ pub struct Dir {
 pub(crate) fn filesystem(dir: &Dir) -> Option<(String, String)> {
     use windows_sys::Win32::Storage::FileSystem::GetVolumeInformationByHandleW;
     let mut name = [0u16; 64];
+    let (out, len) = (name.as_mut_ptr(), name.len() as u32);
+    let (no_label, none) = (std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: the handle is open; `name` is writable for the length given; every other out
     // pointer may be null.
     let ok = unsafe {
-        GetVolumeInformationByHandleW(
-            dir.handle.0,
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            name.as_mut_ptr(),
-            name.len() as u32,
-        )
+        GetVolumeInformationByHandleW(dir.handle.0, no_label, 0, none, none, none, out, len)
     };
     if ok == 0 {
         return None;
@@ -98,24 +91,19 @@ pub(super) fn verbatim(path: &Path) -> PathBuf {
     let Some(Component::Prefix(p)) = rest.next() else {
         return path.to_owned();
     };
-    let mut out = match p.kind() {
-        Prefix::Disk(_) => {
-            let mut s = std::ffi::OsString::from(r"\\?\");
-            s.push(p.as_os_str());
-            PathBuf::from(s)
-        }
+    let mut out = OsString::from(r"\\?\");
+    match p.kind() {
+        Prefix::Disk(_) => out.push(p.as_os_str()),
         Prefix::UNC(server, share) => {
-            let mut s = std::ffi::OsString::from(r"\\?\UNC\");
-            s.push(server);
-            s.push(r"\");
-            s.push(share);
-            PathBuf::from(s)
+            out.push(r"UNC\");
+            out.push(server);
+            out.push(r"\");
+            out.push(share);
         }
         _ => return path.to_owned(),
-    };
-    for c in rest {
-        out.push(c);
     }
+    let mut out = PathBuf::from(out);
+    out.extend(rest);
     out
 }
 
@@ -271,15 +259,11 @@ impl Dir {
     pub(super) fn current_path(&self) -> io::Result<PathBuf> {
         let mut buf = vec![0u16; 512];
         loop {
+            let (out, len) = (buf.as_mut_ptr(), buf.len() as u32);
+            let spelling = FILE_NAME_NORMALIZED | VOLUME_NAME_DOS;
             // SAFETY: `buf` is writable for its length.
-            let n = unsafe {
-                GetFinalPathNameByHandleW(
-                    self.handle.0,
-                    buf.as_mut_ptr(),
-                    buf.len() as u32,
-                    FILE_NAME_NORMALIZED | VOLUME_NAME_DOS,
-                )
-            } as usize;
+            let n =
+                unsafe { GetFinalPathNameByHandleW(self.handle.0, out, len, spelling) } as usize;
             if n == 0 {
                 return Err(last());
             }

@@ -204,13 +204,8 @@ impl System for Real {
 
     fn read_file_at(&self, at: &Dir, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
         // Every sharing mode: a reader never stands in the way of a writer or a rename.
-        let h = open(
-            &at.join(name)?,
-            GENERIC_READ | READ_CONTROL,
-            SHARE_ALL,
-            OPEN_EXISTING,
-            0,
-        )?;
+        let (path, access) = (at.join(name)?, GENERIC_READ | READ_CONTROL);
+        let h = open(&path, access, SHARE_ALL, OPEN_EXISTING, 0)?;
         let meta = meta_of(&h)?;
         if meta.kind != Kind::File {
             return Ok((meta, Vec::new()));

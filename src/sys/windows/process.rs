@@ -26,11 +26,7 @@ pub(super) fn open_process(access: u32, pid: u32) -> io::Result<Handle> {
 /// When process `pid` was created, in 100-nanosecond intervals since 1601.
 pub(super) fn start_time(pid: u32) -> Option<u64> {
     let h = open_process(PROCESS_QUERY_LIMITED_INFORMATION, pid).ok()?;
-    let zero = FILETIME {
-        dwLowDateTime: 0,
-        dwHighDateTime: 0,
-    };
-    let (mut created, mut exited, mut kernel, mut user) = (zero, zero, zero, zero);
+    let [mut created, mut exited, mut kernel, mut user] = [FILETIME::default(); 4];
     // SAFETY: `h` is open with query access; the four out-pointers are locals.
     if unsafe { GetProcessTimes(h.0, &mut created, &mut exited, &mut kernel, &mut user) } == 0 {
         return None;
@@ -41,12 +37,9 @@ pub(super) fn start_time(pid: u32) -> Option<u64> {
 fn hostname() -> Option<String> {
     let mut buf = vec![0u16; 256];
     let mut len = buf.len() as u32;
+    let (kind, out) = (ComputerNamePhysicalDnsHostname, buf.as_mut_ptr());
     // SAFETY: `buf` is writable for `len` units; `len` receives the length written.
-    if unsafe { GetComputerNameExW(ComputerNamePhysicalDnsHostname, buf.as_mut_ptr(), &mut len) }
-        == 0
-    {
-        return None;
-    }
+    super::handles::done(unsafe { GetComputerNameExW(kind, out, &mut len) }).ok()?;
     String::from_utf16(&buf[..len as usize])
         .ok()
         .filter(|h| !h.is_empty())

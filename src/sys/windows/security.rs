@@ -220,10 +220,10 @@ pub(super) fn make_private(path: &Path) -> io::Result<()> {
         .chain(Some(0))
         .collect();
     let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
-    let null = std::ptr::null_mut();
+    let no_size = std::ptr::null_mut();
     // SAFETY: `sddl` is NUL-terminated; `sd` receives a LocalAlloc'd descriptor freed below.
     super::handles::done(unsafe {
-        ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl.as_ptr(), 1, &mut sd, null)
+        ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl.as_ptr(), 1, &mut sd, no_size)
     })?;
     let mut present = 0;
     let mut defaulted = 0;
@@ -234,18 +234,10 @@ pub(super) fn make_private(path: &Path) -> io::Result<()> {
     let rc = if ok == 0 {
         io::Error::last_os_error().raw_os_error().unwrap_or(1) as u32
     } else {
+        let what = DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION;
+        let (name, no_sid, no_acl) = (wide.as_ptr(), std::ptr::null_mut(), std::ptr::null());
         // SAFETY: `wide` is NUL-terminated; `dacl` points into `sd`, alive until freed below.
-        unsafe {
-            SetNamedSecurityInfoW(
-                wide.as_ptr(),
-                SE_FILE_OBJECT,
-                DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                dacl,
-                std::ptr::null_mut(),
-            )
-        }
+        unsafe { SetNamedSecurityInfoW(name, SE_FILE_OBJECT, what, no_sid, no_sid, dacl, no_acl) }
     };
     // SAFETY: allocated by the conversion above, freed once.
     unsafe { LocalFree(sd) };

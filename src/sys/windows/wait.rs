@@ -108,14 +108,9 @@ pub(crate) fn watch(lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Op
     let parent = lock.current_path()?.parent().map(Path::to_path_buf);
     let names = parent.and_then(|p| {
         let wide = super::wide(&p);
+        let names = FILE_NOTIFY_CHANGE_DIR_NAME | FILE_NOTIFY_CHANGE_FILE_NAME;
         // SAFETY: `wide` is NUL-terminated; not the subtree, only names in it.
-        let h = unsafe {
-            FindFirstChangeNotificationW(
-                wide.as_ptr(),
-                0,
-                FILE_NOTIFY_CHANGE_DIR_NAME | FILE_NOTIFY_CHANGE_FILE_NAME,
-            )
-        };
+        let h = unsafe { FindFirstChangeNotificationW(wide.as_ptr(), 0, names) };
         (h != INVALID_HANDLE_VALUE && !h.is_null()).then_some(Notification(h))
     });
     // None: no such process (the caller's next look sees it), or not ours to wait on (the

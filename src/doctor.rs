@@ -74,22 +74,8 @@ impl Diagnosis {
 }
 
 /// Filesystems whose files other machines share (Linux `mountinfo` and BSD `statfs` names).
-const NETWORK: [&str; 14] = [
-    "nfs",
-    "nfs4",
-    "cifs",
-    "smb3",
-    "smbfs",
-    "9p",
-    "afs",
-    "ceph",
-    "glusterfs",
-    "lustre",
-    "gpfs",
-    "fuse.sshfs",
-    "afpfs",
-    "webdav",
-];
+const NETWORK: &str =
+    "nfs nfs4 cifs smb3 smbfs 9p afs ceph glusterfs lustre gpfs fuse.sshfs afpfs webdav";
 
 /// Examines directory `dir`: whether it can host locks (only you can write it), and which of
 /// the protocol's guarantees hold on its filesystem. The guarantees are tried, not looked up:
@@ -129,7 +115,7 @@ pub fn diagnose(dir: impl AsRef<Path>) -> Result<Diagnosis, Error> {
         Err(e) => Finding::Untold(e.to_string()),
     };
     let local = match &fs {
-        Some((name, options)) if NETWORK.contains(&name.as_str()) => {
+        Some((name, options)) if NETWORK.split(' ').any(|n| n == name) => {
             let per_client = options
                 .split(',')
                 .any(|o| o == "local_lock=flock" || o == "local_lock=all");

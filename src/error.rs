@@ -197,22 +197,20 @@ impl Error {
                 judgement,
                 since,
             } => {
-                let head = if judgement.owner_exited {
+                let by = if judgement.owner_exited {
                     format!(
-                        "{} is held by a process that {} started, which inherited the lock (pid {} itself has exited), since {}",
-                        subject(lock, resource),
+                        "a process that {} started, which inherited the lock (pid {} itself has exited),",
                         holder(owner),
-                        owner.pid,
-                        when(*since)
+                        owner.pid
                     )
                 } else {
-                    format!(
-                        "{} is held by {} since {}",
-                        subject(lock, resource),
-                        holder(owner),
-                        when(*since)
-                    )
+                    holder(owner)
                 };
+                let head = format!(
+                    "{} is held by {by} since {}",
+                    subject(lock, resource),
+                    when(*since)
+                );
                 if judgement.liveness == crate::Liveness::Unknown {
                     format!(
                         "{head}, which cannot be checked from here: {}",

@@ -55,10 +55,7 @@ pub(crate) fn held_line(pid: u32, dir: FileId, name: &str, token: &str) -> Strin
 /// (`A.lock` held by one ancestor, `a.lock` by another, on a case-sensitive one): the caller
 /// looks for the lock's owner among them.
 pub(crate) fn held_by_parent(dir: FileId, name: &str) -> Vec<(u32, Option<String>)> {
-    let Some(var) = std::env::var_os(HELD_VAR) else {
-        return Vec::new();
-    };
-    let Some(text) = var.to_str() else {
+    let Some(text) = std::env::var_os(HELD_VAR).and_then(|v| v.into_string().ok()) else {
         return Vec::new();
     };
     let me = Real.pid();
@@ -102,10 +99,6 @@ struct Registered {
 static HELD: PerProcess<Vec<Registered>> = PerProcess::new(Vec::new);
 static SERIAL: AtomicU64 = AtomicU64::new(1);
 
-fn registry() -> std::sync::MutexGuard<'static, Vec<Registered>> {
-    HELD.lock()
-}
-
 /// Refuses what would deadlock `who` (this thread, or an asynchronous acquisition's task): the
 /// same lock again, or the global setup lock while it holds a repository lock (the order is
 /// setup first). Both rules are per thread or task: that is what blocks, and the process's
@@ -124,7 +117,7 @@ pub(crate) fn check_order(
     resource: &str,
     me: Who,
 ) -> Result<(), Error> {
-    let held = registry();
+    let held = HELD.lock();
     for r in held.iter() {
         let same = r.dir == dir
             && (r.name == name || (r.name.eq_ignore_ascii_case(name) && found() == Some(r.lock)));
@@ -154,7 +147,7 @@ pub(crate) fn register(
     who: Who,
 ) -> u64 {
     let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
-    registry().push(Registered {
+    HELD.lock().push(Registered {
         serial,
         dir,
         name: name.to_owned(),
@@ -167,5 +160,5 @@ pub(crate) fn register(
 }
 
 pub(crate) fn unregister(serial: u64) {
-    registry().retain(|r| r.serial != serial);
+    HELD.lock().retain(|r| r.serial != serial);
 }

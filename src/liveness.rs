@@ -180,6 +180,7 @@ fn beacon(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Option<Judgem
     if !owner.has_beacon() {
         return None;
     }
+    let pid = owner.pid;
     Some(match probe.beacon_free() {
         Some(true) => Judgement::new(
             DeadByProof,
@@ -189,10 +190,7 @@ fn beacon(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Option<Judgem
             owner_exited: true,
             ..Judgement::new(
                 Live,
-                format!(
-                    "its recorded owner, pid {0}, has exited, but another process keeps the lock (one that pid {0} started, which inherited it)",
-                    owner.pid
-                ),
+                format!("its recorded owner, pid {pid}, has exited, but another process keeps the lock (one that pid {pid} started, which inherited it)"),
             )
         },
         Some(false) => Judgement::new(Live, "a process holds it open"),
@@ -203,17 +201,12 @@ fn beacon(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Option<Judgem
 /// Rule 4: a pid of another pid namespace (or of one we cannot tell) means nothing here.
 fn another_pid_namespace(owner: &Owner, me: &Identity) -> Option<Judgement> {
     let ns = owner.pid_namespace.as_ref()?;
-    match &me.pid_namespace {
-        Some(ours) if ours == ns => None,
-        Some(_) => Some(Judgement::new(
-            Unknown,
-            format!("it was taken in pid namespace {ns}"),
-        )),
-        None => Some(Judgement::new(
-            Unknown,
-            "this process cannot read its pid namespace",
-        )),
-    }
+    let reason = match &me.pid_namespace {
+        Some(ours) if ours == ns => return None,
+        Some(_) => format!("it was taken in pid namespace {ns}"),
+        None => "this process cannot read its pid namespace".into(),
+    };
+    Some(Judgement::new(Unknown, reason))
 }
 
 /// Rule 5: the pid is ours, but we did not write the record.
@@ -225,21 +218,16 @@ fn our_own_pid(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Option<J
     // record that does not say its namespace (the reference implementation's) may come
     // from a process of another namespace with the same pid (pid 1 of another container):
     // it cannot be judged from here.
+    let pid = owner.pid;
     Some(if owner.pid_namespace.is_some() {
         Judgement::new(
             DeadByEvidence,
-            format!(
-                "pid {} is this process, which did not write this record (its writer died and the pid was reused)",
-                owner.pid
-            ),
+            format!("pid {pid} is this process, which did not write this record (its writer died and the pid was reused)"),
         )
     } else {
         Judgement::new(
             Unknown,
-            format!(
-                "it names pid {}, this process, which did not write it: its writer died and the pid was reused, or it runs in another pid namespace",
-                owner.pid
-            ),
+            format!("it names pid {pid}, this process, which did not write it: its writer died and the pid was reused, or it runs in another pid namespace"),
         )
     })
 }

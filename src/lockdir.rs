@@ -63,14 +63,6 @@ const NOT_SHARED: u32 = u32::MAX;
 
 type Opened = (Arc<RealDir>, FileId);
 
-fn identified(dir: RealDir, path: &Path) -> Result<Opened, Error> {
-    let id = Real
-        .meta(&dir)
-        .map_err(|e| Error::io("inspect the lock directory", path, e))?
-        .id;
-    Ok((Arc::new(dir), id))
-}
-
 impl std::fmt::Debug for LockDir {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockDir")
@@ -329,22 +321,15 @@ impl LockDir {
     /// checked) by the first acquisition, so that naming or inspecting a lock creates nothing.
     pub(crate) fn open(origin: Origin) -> Result<LockDir, Error> {
         let uid = Real.identity().uid;
-        let path = path_of(&origin, uid);
-        let shared = AtomicU32::new(NOT_SHARED);
-        let opened = match open_origin(&origin, uid, false)? {
-            Some((dir, group)) => {
-                shared.store(group.unwrap_or(NOT_SHARED), Ordering::Relaxed);
-                Some(identified(dir, &path)?)
-            }
-            None => None,
-        };
-        Ok(LockDir {
-            path,
+        let lock_dir = LockDir {
+            path: path_of(&origin, uid),
             origin,
-            dir: PerProcess::with(opened, || None),
+            dir: PerProcess::with(None, || None),
             uid,
-            shared,
-        })
+            shared: AtomicU32::new(NOT_SHARED),
+        };
+        lock_dir.opened(false)?;
+        Ok(lock_dir)
     }
 
     /// The open lock directory, made if it is missing, and made again if it was removed (a
@@ -375,7 +360,11 @@ impl LockDir {
         };
         self.shared
             .store(group.unwrap_or(NOT_SHARED), Ordering::Relaxed);
-        let opened = identified(dir, &self.path)?;
+        let id = Real
+            .meta(&dir)
+            .map_err(|e| Error::io("inspect the lock directory", &self.path, e))?
+            .id;
+        let opened = (Arc::new(dir), id);
         *slot = Some(opened.clone());
         Ok(Some(opened))
     }

@@ -26,15 +26,12 @@ fn hashed(prefix: &str, path: &Path) -> String {
     hasher.update(prefix.as_bytes());
     hasher.update([0u8]);
     hasher.update(&*crate::sys::path_bytes(path));
-    let digest = hasher.finalize();
-    let mut name = String::with_capacity(prefix.len() + 1 + 64 + 5);
-    name.push_str(prefix);
-    name.push('-');
-    for byte in digest.iter() {
-        name.push_str(&format!("{byte:02x}"));
-    }
-    name.push_str(".lock");
-    name
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("{prefix}-{hex}.lock")
 }
 
 /// The lock name for a repository whose canonical (real) path is `root`:

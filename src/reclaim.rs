@@ -20,10 +20,12 @@
 //! fails on the file as on a directory: it stays out.)
 
 use crate::error::Error;
-use crate::options::{Ages, Backoff};
+use crate::options::Ages;
 use crate::owner::Owner;
 use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
-use crate::space::{make_candidate, open_guard, remove_tree, Guard, Seen, Space, PEEK_RETRIES};
+use crate::space::{
+    lock_past_peekers, make_candidate, open_guard, remove_tree, Guard, Seen, Space,
+};
 use crate::sys::{is, Errno, FileId, Identity, Kind, System};
 use std::io;
 use std::time::Duration;
@@ -109,11 +111,7 @@ fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Opti
             Ok(()) => Ok(Staged::Placed(guard)),
             Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Staged::Exists),
             Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(Staged::Unsupported),
-            Err(e) => Err(Error::io(
-                "put the reclaim guard in place",
-                sp.entry(gname),
-                e,
-            )),
+            Err(e) => Err(sp.io("put the reclaim guard in place", gname, e)),
         }
     });
     match result {
@@ -138,47 +136,25 @@ fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S
     let guard = match sp.sys.open_file_at(sp.dir, gname, true) {
         Ok(g) => g,
         Err(e) if is(&e, Errno::Exists) => return Ok(None),
-        Err(e) => return Err(Error::io("create the reclaim guard", sp.entry(gname), e)),
+        Err(e) => return Err(sp.io("create the reclaim guard", gname, e)),
     };
     if sp.shared.is_some() {
         // The group's members must be able to open it (to lock it, and to see it busy).
         let _ = sp.sys.set_mode(&guard, 0o640);
     }
-    if try_lock_past_peekers(sp, &guard, gname)? == Some(false) {
+    if lock_past_peekers(sp, &guard, gname, "lock the reclaim guard")? == Some(false) {
         return Ok(None);
     }
     let mine = match sp.sys.meta(&guard) {
         Ok(m) => m,
         // Retired meanwhile (some FUSE filesystems say so for a removed file).
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(gname), e)),
+        Err(e) => return Err(sp.io("inspect the reclaim guard", gname, e)),
     };
     match sp.sys.meta_at(sp.dir, gname) {
         Ok(now) if now.id == mine.id => Ok(Some(guard)),
         _ => Ok(None),
     }
-}
-
-/// Takes the exclusive `flock` of a guard, retrying (with backoff) past observers that peek at
-/// it with a shared one for an instant (status): `Some(true)` taken, `Some(false)` held by a
-/// reclaimer, `None` where the filesystem has no `flock`.
-fn try_lock_past_peekers<S: System>(
-    sp: &Space<S>,
-    guard: &S::Dir,
-    gname: &str,
-) -> Result<Option<bool>, Error> {
-    let mut pause = Backoff::new(Duration::from_micros(100), Duration::from_millis(10));
-    for _ in 0..PEEK_RETRIES {
-        match sp.sys.try_lock(guard, true) {
-            Ok(true) => return Ok(Some(true)),
-            Ok(false) => {
-                let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
-            }
-            Err(e) if is(&e, Errno::LockUnsupported) => return Ok(None),
-            Err(e) => return Err(Error::io("lock the reclaim guard", sp.entry(gname), e)),
-        }
-    }
-    Ok(Some(false))
 }
 
 /// Writes this crate's marker into a guard held (or, reusing one left by a crash, finds it
@@ -220,7 +196,7 @@ fn take_left_guard<S: System>(
         Ok(m) => m,
         // Gone meanwhile (some FUSE filesystems say so for a removed directory).
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(Reclaim::Changed)),
-        Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(gname), e)),
+        Err(e) => return Err(sp.io("inspect the reclaim guard", gname, e)),
     };
     if let Some(problem) = sp.private_problem(&meta, "the reclaim guard") {
         return Err(Error::Unsafe {
@@ -230,7 +206,7 @@ fn take_left_guard<S: System>(
                 .into(),
         });
     }
-    let flocked = match try_lock_past_peekers(sp, &guard, gname)? {
+    let flocked = match lock_past_peekers(sp, &guard, gname, "lock the reclaim guard")? {
         Some(true) => true,
         Some(false) => return Ok(Err(Reclaim::Busy { remaining: None })),
         None => false,
@@ -300,7 +276,7 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
         {
             return Ok(Reclaim::Changed)
         }
-        Err(e) => return Err(Error::io("retire the dead owner's lock", sp.entry(name), e)),
+        Err(e) => return Err(sp.io("retire the dead owner's lock", name, e)),
     }
     match sp.sys.meta_at(sp.dir, &tomb) {
         Ok(m) if m.id == id => {}

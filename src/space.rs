@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// How many times a `flock` that an observer holds for an instant (status and sweep peek with
 /// a shared one) is retried, with backoff, before it counts as held by someone.
-pub(crate) const PEEK_RETRIES: u32 = 20;
+const PEEK_RETRIES: u32 = 20;
 
 /// A lock directory `D`: its handle, its path (for messages) and the user it belongs to.
 pub(crate) struct Space<'a, S: System> {
@@ -286,10 +286,10 @@ pub(crate) fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Guard<
             Err(e) if is(&e, Errno::Loop) || e.kind() == io::ErrorKind::InvalidInput => {
                 Err(unsafe_guard())
             }
-            Err(e) => Err(Error::io("open the reclaim guard", sp.entry(gname), e)),
+            Err(e) => Err(sp.io("open the reclaim guard", gname, e)),
         },
         Err(e) if is(&e, Errno::Loop) => Err(unsafe_guard()),
-        Err(e) => Err(Error::io("open the reclaim guard", sp.entry(gname), e)),
+        Err(e) => Err(sp.io("open the reclaim guard", gname, e)),
     }
 }
 
@@ -395,25 +395,42 @@ pub(crate) fn lock_fresh<S: System>(
     dir: &S::Dir,
     name: &str,
 ) -> Result<bool, Error> {
+    match lock_past_peekers(sp, dir, name, "lock the candidate directory")? {
+        Some(true) => Ok(true),
+        None => Ok(false),
+        Some(false) => Err(sp.io(
+            "lock the fresh candidate directory",
+            name,
+            io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "another process keeps a lock on it",
+            ),
+        )),
+    }
+}
+
+/// Takes the exclusive `flock` of `dir` (entry `name`), retrying (with backoff) past observers
+/// that peek at it with a shared one for an instant (status, sweep): `Some(true)` taken,
+/// `Some(false)` still held by someone, `None` where the filesystem has no `flock`. `op` names
+/// the taking in an error.
+pub(crate) fn lock_past_peekers<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    name: &str,
+    op: &'static str,
+) -> Result<Option<bool>, Error> {
     let mut pause = Backoff::new(Duration::from_micros(100), Duration::from_millis(10));
     for _ in 0..PEEK_RETRIES {
         match sp.sys.try_lock(dir, true) {
-            Ok(true) => return Ok(true),
+            Ok(true) => return Ok(Some(true)),
             Ok(false) => {
                 let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
             }
-            Err(e) if is(&e, Errno::LockUnsupported) => return Ok(false),
-            Err(e) => return Err(sp.io("lock the candidate directory", name, e)),
+            Err(e) if is(&e, Errno::LockUnsupported) => return Ok(None),
+            Err(e) => return Err(sp.io(op, name, e)),
         }
     }
-    Err(sp.io(
-        "lock the fresh candidate directory",
-        name,
-        io::Error::new(
-            io::ErrorKind::WouldBlock,
-            "another process keeps a lock on it",
-        ),
-    ))
+    Ok(Some(false))
 }
 
 /// Removes `name` in `at` and everything below it, never following a symlink; best effort

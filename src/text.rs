@@ -46,14 +46,8 @@ pub fn civil_utc(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     // Each part is in its calendar range, so the narrowing never loses anything.
-    (
-        year,
-        month as u32,
-        day as u32,
-        (rem / 3600) as u32,
-        (rem / 60 % 60) as u32,
-        (rem % 60) as u32,
-    )
+    let (h, m, s) = (rem / 3600, rem / 60 % 60, rem % 60);
+    (year, month as u32, day as u32, h as u32, m as u32, s as u32)
 }
 
 /// A path for a message: lossy where it is not UTF-8, escaped where it holds hazards.

@@ -200,8 +200,7 @@ pub(super) fn refresh<S: System>(
     options: &Options,
 ) -> Result<(), Error> {
     let beacon = c.owner.has_beacon();
-    let mut owner = new_record(sp.sys, me, c.owner.token.clone(), beacon, options);
-    owner.beacon = Some(beacon);
+    let owner = new_record(sp.sys, me, c.owner.token.clone(), beacon, options);
     sp.sys
         .remove_file_at(&c.dir, OWNER_FILE)
         .map_err(|e| sp.io("refresh the owner record", &c.name, e))?;

@@ -1,7 +1,6 @@
 //! Who may write a directory on Unix, and the words for it: its owner and mode, its group,
 //! and what to do about one that is not private.
 
-use super::retry;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -35,11 +34,7 @@ pub(crate) fn remake_private(path: &Path) -> String {
 
 /// The group that owns directory `dir`.
 pub(crate) fn group_of(dir: &OwnedFd) -> Option<u32> {
-    // SAFETY: `stat` is plain old data; all-zero is a valid value that fstat overwrites.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `dir` is an open descriptor borrowed for the call; `st` is a valid out-pointer.
-    retry(|| unsafe { libc::fstat(dir.as_raw_fd(), &mut st) }).ok()?;
-    Some(st.st_gid)
+    super::fstat(dir.as_raw_fd()).ok().map(|st| st.st_gid)
 }
 
 /// Whether this process is in group `gid` (its effective group, or a supplementary one).

@@ -1,11 +1,11 @@
 //! macOS: the no-replace rename (`renameatx_np(RENAME_EXCL)`), the process start time from
 //! `proc_pidinfo`, the boot session UUID from `sysctl`, and waiting with [`super::kqueue`].
 
-use super::{cstr, no_exclusive_rename, retry};
+use super::{at_names, no_exclusive_rename};
 pub(super) use libc::__error as errno;
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 pub(super) use super::kqueue::watch;
 pub use super::kqueue::Watch;
@@ -14,24 +14,14 @@ pub use super::kqueue::Watch;
 /// [`io::ErrorKind::Unsupported`] where the filesystem does not offer it (`ENOTSUP`; some
 /// network and FUSE filesystems), asked again each time.
 pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
-    retry(|| {
-        // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
-        unsafe {
-            libc::renameatx_np(
-                at.as_raw_fd(),
-                f.as_ptr(),
-                at.as_raw_fd(),
-                t.as_ptr(),
-                libc::RENAME_EXCL,
-            )
-        }
+    // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
+    at_names(at, from, to, |at, f, t| unsafe {
+        libc::renameatx_np(at, f, at, t, libc::RENAME_EXCL)
     })
     .map_err(|e| match e.raw_os_error() {
         Some(libc::ENOTSUP) | Some(libc::EINVAL) => no_exclusive_rename(),
         _ => e,
     })
-    .map(drop)
 }
 
 /// The start of process `pid` in microseconds since the epoch (`pbi_start_tvsec` and
@@ -42,16 +32,9 @@ pub(super) fn start_time(pid: u32) -> Option<u64> {
     // SAFETY: proc_bsdinfo is plain data; all-zero is valid and proc_pidinfo overwrites it.
     let mut info: libc::proc_bsdinfo = unsafe { std::mem::zeroed() };
     let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+    let out = (&mut info as *mut libc::proc_bsdinfo).cast();
     // SAFETY: `info` is writable for `size` bytes.
-    let n = unsafe {
-        libc::proc_pidinfo(
-            pid,
-            libc::PROC_PIDTBSDINFO,
-            0,
-            (&mut info as *mut libc::proc_bsdinfo).cast(),
-            size,
-        )
-    };
+    let n = unsafe { libc::proc_pidinfo(pid, libc::PROC_PIDTBSDINFO, 0, out, size) };
     (n == size).then(|| {
         info.pbi_start_tvsec
             .saturating_mul(1_000_000)
@@ -59,24 +42,26 @@ pub(super) fn start_time(pid: u32) -> Option<u64> {
     })
 }
 
+/// The value of `sysctl` `name`, and how many of its bytes were written.
+///
+/// # Safety
+///
+/// `T` must be plain data, for which all-zero bytes are a valid value.
+unsafe fn sysctl_named<T>(name: &CStr) -> Option<(T, usize)> {
+    // SAFETY: the caller promises `T` is plain data; all-zero is valid, and sysctl overwrites it.
+    let mut value: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>();
+    let out = (&mut value as *mut T).cast();
+    // SAFETY: the name is NUL-terminated; `value` is writable for `len` bytes, which sysctl
+    // updates to the length it wrote; nothing is set (null, 0).
+    let rc = unsafe { libc::sysctlbyname(name.as_ptr(), out, &mut len, std::ptr::null_mut(), 0) };
+    (rc == 0).then_some((value, len))
+}
+
 /// When this kernel booted: `kern.boottime`.
 pub(super) fn booted() -> Option<std::time::SystemTime> {
-    // SAFETY: timeval is plain data; all-zero is valid, and sysctl overwrites it.
-    let mut tv: libc::timeval = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::timeval>();
-    // SAFETY: the name is NUL-terminated; `tv` is writable for `len` bytes; nothing is set.
-    let rc = unsafe {
-        libc::sysctlbyname(
-            c"kern.boottime".as_ptr(),
-            (&mut tv as *mut libc::timeval).cast(),
-            &mut len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
+    // SAFETY: timeval is plain data.
+    let (tv, _) = unsafe { sysctl_named::<libc::timeval>(c"kern.boottime") }?;
     let since = std::time::Duration::new(
         u64::try_from(tv.tv_sec).ok()?,
         u32::try_from(tv.tv_usec).ok()?.saturating_mul(1000),
@@ -86,22 +71,8 @@ pub(super) fn booted() -> Option<std::time::SystemTime> {
 
 /// `kern.bootsessionuuid`: a UUID drawn at each boot.
 pub(super) fn boot_id() -> Option<String> {
-    let mut buf = [0u8; 64];
-    let mut len = buf.len();
-    // SAFETY: the name is NUL-terminated; `buf` is writable for `len` bytes, which sysctl
-    // updates to the length it wrote; nothing is set (null, 0).
-    let rc = unsafe {
-        libc::sysctlbyname(
-            c"kern.bootsessionuuid".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            &mut len,
-            std::ptr::null_mut(),
-            0,
-        )
-    };
-    if rc != 0 {
-        return None;
-    }
+    // SAFETY: a byte array is plain data.
+    let (buf, len) = unsafe { sysctl_named::<[u8; 64]>(c"kern.bootsessionuuid") }?;
     let text = CStr::from_bytes_until_nul(&buf[..len.min(buf.len())]).ok()?;
     text.to_str()
         .ok()

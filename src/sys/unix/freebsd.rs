@@ -38,18 +38,11 @@ unsafe fn sysctl<T>(mib: &[libc::c_int]) -> Option<T> {
     // SAFETY: the caller promises all-zero is a valid `T`; sysctl overwrites it.
     let mut value: T = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<T>();
+    let (name, names) = (mib.as_ptr(), mib.len() as libc::c_uint);
+    let out = (&mut value as *mut T).cast();
     // SAFETY: `mib` holds `mib.len()` names; `value` is writable for `len` bytes; nothing is
     // set.
-    let rc = unsafe {
-        libc::sysctl(
-            mib.as_ptr(),
-            mib.len() as libc::c_uint,
-            (&mut value as *mut T).cast(),
-            &mut len,
-            std::ptr::null(),
-            0,
-        )
-    };
+    let rc = unsafe { libc::sysctl(name, names, out, &mut len, std::ptr::null(), 0) };
     (rc == 0 && len == std::mem::size_of::<T>()).then_some(value)
 }
 

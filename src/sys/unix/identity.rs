@@ -65,11 +65,6 @@ pub(super) fn getpid() -> u32 {
     pid
 }
 
-fn geteuid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 pub(super) fn read_identity() -> Identity {
     let pid = getpid();
     Identity {
@@ -78,7 +73,8 @@ pub(super) fn read_identity() -> Identity {
         boot_id: platform::boot_id(),
         host: hostname(),
         pid_namespace: platform::pid_namespace(),
-        uid: geteuid(),
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        uid: unsafe { libc::geteuid() },
         os: Some(std::env::consts::OS.to_owned()),
         booted: platform::booted(),
     }

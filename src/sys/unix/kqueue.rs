@@ -13,7 +13,7 @@
 //! cancel handle; when it is, the events are drained and the waiter looks again. Every event
 //! in it is this waiter's own, so there is no dispatch between waiters as on Linux.
 
-use super::{check, owned};
+use super::{check, owned, retry};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
@@ -54,24 +54,10 @@ fn change(ident: usize, filter: i16, flags: u16, fflags: u32) -> libc::kevent {
 
 /// Applies one change to `kq` (no events are collected).
 fn register(kq: &OwnedFd, ev: &libc::kevent) -> io::Result<()> {
-    loop {
-        // SAFETY: `kq` is an open kqueue; one change is read from `ev`; no event list (null,
-        // 0) and no timeout pointer are given.
-        let n = unsafe {
-            libc::kevent(
-                kq.as_raw_fd(),
-                ev,
-                1,
-                std::ptr::null_mut(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        match check(n) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            other => return other.map(drop),
-        }
-    }
+    let (none, no_timeout) = (std::ptr::null_mut(), std::ptr::null());
+    // SAFETY: `kq` is an open kqueue; one change is read from `ev`; no event list (null, 0)
+    // and no timeout pointer are given.
+    retry(|| unsafe { libc::kevent(kq.as_raw_fd(), ev, 1, none, 0, no_timeout) }).map(drop)
 }
 
 /// Registers a waiter: the lock directory's vnode events and, when given, `pid`'s exit.
@@ -150,19 +136,11 @@ impl Watch {
         };
         // SAFETY: kevent is plain data; all-zero is valid, and the kernel overwrites it.
         let mut events: [libc::kevent; 8] = unsafe { std::mem::zeroed() };
+        let (kq, out) = (self.kq.as_raw_fd(), events.as_mut_ptr());
         loop {
             // SAFETY: `kq` is open; no changes; up to 8 events are written into `events`; the
             // zero timeout makes it return at once.
-            let n = unsafe {
-                libc::kevent(
-                    self.kq.as_raw_fd(),
-                    std::ptr::null(),
-                    0,
-                    events.as_mut_ptr(),
-                    events.len() as _,
-                    &zero,
-                )
-            };
+            let n = unsafe { libc::kevent(kq, std::ptr::null(), 0, out, events.len() as _, &zero) };
             if n < events.len() as libc::c_int {
                 return true; // drained (or an error, which the next poll reports again)
             }

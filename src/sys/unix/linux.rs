@@ -1,7 +1,7 @@
 //! Linux: the no-replace rename (`renameat2`), the identity facts of `/proc`, and waiting with
 //! the process's one inotify instance and the holder's pidfd.
 
-use super::{cstr, no_exclusive_rename, owned, read_small, retry};
+use super::{at_names, no_exclusive_rename, owned, read_small};
 pub(super) use libc::__errno_location as errno;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -10,12 +10,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 /// directory's (`major:minor`, as `st_dev` gives it), its type (`ext4`, `fuse.bindfs`, `nfs4`)
 /// and its superblock options (`local_lock=flock` on a per-client NFS mount).
 pub(super) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
-    // SAFETY: all-zero is a valid `stat`, which fstat overwrites; `dir` is open.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `dir` is an open descriptor and `st` is writable.
-    if unsafe { libc::fstat(dir.as_raw_fd(), &mut st) } != 0 {
-        return None;
-    }
+    let st = super::fstat(dir.as_raw_fd()).ok()?;
     let device = format!("{}:{}", libc::major(st.st_dev), libc::minor(st.st_dev));
     let file = std::fs::File::open("/proc/self/mountinfo").ok()?;
     let table = super::read_to_limit(file, 1 << 24).ok()?;
@@ -41,29 +36,17 @@ fn mount_of(table: &str, device: &str) -> Option<(String, String)> {
 /// `renameat2(RENAME_NOREPLACE)`; [`io::ErrorKind::Unsupported`] where the kernel or the
 /// filesystem does not know the flag (asked again next time: another filesystem may know it).
 pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
-    let (f, t) = (cstr(from)?, cstr(to)?);
     // Interrupted (NFS `intr` mounts): tried again. Had the rename happened, the retry fails
     // and the caller checks whether the target is its own.
-    retry(|| {
+    at_names(at, from, to, |at, f, t| {
         // SAFETY: both names are NUL-terminated and relative to the open directory `at`;
         // renameat2 takes no pointers beyond them.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_renameat2,
-                at.as_raw_fd(),
-                f.as_ptr(),
-                at.as_raw_fd(),
-                t.as_ptr(),
-                libc::RENAME_NOREPLACE,
-            )
-        };
-        ret as libc::c_int
+        unsafe { libc::syscall(libc::SYS_renameat2, at, f, at, t, libc::RENAME_NOREPLACE) as _ }
     })
     .map_err(|e| match e.raw_os_error() {
         Some(libc::EINVAL) | Some(libc::ENOSYS) => no_exclusive_rename(),
         _ => e,
     })
-    .map(drop)
 }
 
 /// Field 22 (`starttime`, clock ticks since boot) of `/proc/<pid>/stat`.
@@ -188,6 +171,7 @@ mod inotify {
     use std::collections::HashMap;
     use std::ffi::CString;
     use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
     /// The events that may mean a lock directory changed hands: the final close of the
     /// holder's beacon (its release or its death: the moment the kernel drops its flock), a
@@ -213,11 +197,7 @@ mod inotify {
         generations: u64,
     }
 
-    static INSTANCE: PerProcess<Option<Instance>> = PerProcess::new(none);
-
-    fn none() -> Option<Instance> {
-        None
-    }
+    static INSTANCE: PerProcess<Option<Instance>> = PerProcess::new(|| None);
 
     /// One waiter's share of a watch.
     #[derive(Debug)]
@@ -225,12 +205,8 @@ mod inotify {
         pub(super) instance: RawFd,
         wd: libc::c_int,
         generation: u64,
-        seen: std::sync::atomic::AtomicU64,
+        seen: AtomicU64,
         pub(super) waker: OwnedFd,
-    }
-
-    fn lock() -> std::sync::MutexGuard<'static, Option<Instance>> {
-        INSTANCE.lock()
     }
 
     /// Watches the directory open as `dir` (through `/proc/self/fd/N`, so the very inode that
@@ -240,7 +216,7 @@ mod inotify {
         let waker =
             owned(check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }).ok()?);
         let path = CString::new(format!("/proc/self/fd/{dir}")).ok()?;
-        let mut slot = lock();
+        let mut slot = INSTANCE.lock();
         if slot.is_none() {
             // SAFETY: inotify_init1 with valid flags returns a new descriptor or -1.
             let fd =
@@ -269,7 +245,7 @@ mod inotify {
             instance: inst.fd.as_raw_fd(),
             wd,
             generation: watched.generation,
-            seen: std::sync::atomic::AtomicU64::new(watched.epoch),
+            seen: AtomicU64::new(watched.epoch),
             waker,
         })
     }
@@ -290,7 +266,7 @@ mod inotify {
     /// process, a storm of readers) or the instance cannot be read, every waiter is woken to
     /// look again: any of them may have missed its lock's release.
     pub(super) fn dispatch() {
-        let mut slot = lock();
+        let mut slot = INSTANCE.lock();
         let Some(inst) = slot.as_mut() else {
             return;
         };
@@ -348,16 +324,15 @@ mod inotify {
             let woken =
                 unsafe { libc::read(self.waker.as_raw_fd(), (&mut buf as *mut u64).cast(), 8) }
                     == 8;
-            let slot = lock();
+            let slot = INSTANCE.lock();
             let epoch = slot
                 .as_ref()
                 .and_then(|i| i.watches.get(&self.wd))
                 .filter(|w| w.generation == self.generation)
                 .map(|w| w.epoch);
-            let changed =
-                woken || epoch != Some(self.seen.load(std::sync::atomic::Ordering::Relaxed));
+            let changed = woken || epoch != Some(self.seen.load(Relaxed));
             if let Some(e) = epoch {
-                self.seen.store(e, std::sync::atomic::Ordering::Relaxed);
+                self.seen.store(e, Relaxed);
             }
             changed
         }
@@ -365,7 +340,7 @@ mod inotify {
 
     impl Drop for Registration {
         fn drop(&mut self) {
-            let mut slot = lock();
+            let mut slot = INSTANCE.lock();
             let Some(inst) = slot.as_mut().filter(|i| i.fd.as_raw_fd() == self.instance) else {
                 return;
             };

@@ -170,12 +170,13 @@ fn meta_of(st: &libc::stat) -> Meta {
     }
 }
 
-fn fstat(fd: RawFd) -> io::Result<Meta> {
+/// The `stat` of the open descriptor `fd`.
+pub(super) fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     // SAFETY: `stat` is plain old data; all-zero is a valid value that fstat overwrites.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is an open descriptor borrowed for the call; `st` is a valid out-pointer.
     retry(|| unsafe { libc::fstat(fd, &mut st) })?;
-    Ok(meta_of(&st))
+    Ok(st)
 }
 
 /// Reads `file` to its end, but at most `limit + 1` bytes (one more than allowed, so that the
@@ -190,13 +191,34 @@ pub(super) fn read_to_limit(file: std::fs::File, limit: usize) -> io::Result<Vec
 /// `openat(at, name, flags, 0600)`, retried on EINTR. Callers spell out every flag
 /// (`O_CLOEXEC` included) where they call it.
 fn openat(at: &OwnedFd, name: &str, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let n = cstr(name)?;
     // SAFETY: `at` is an open directory and `n` is NUL-terminated; the mode is read only with
     // O_CREAT. The result is a new descriptor or -1.
-    let fd = retry(|| unsafe {
-        libc::openat(at.as_raw_fd(), n.as_ptr(), flags, 0o600 as libc::c_uint)
+    let fd = at_name(at, name, |at, n| unsafe {
+        libc::openat(at, n, flags, 0o600 as libc::c_uint)
     })?;
     Ok(owned(fd))
+}
+
+/// `call(at, from, to)` on the descriptor of `at` and the names `from` and `to` as C strings,
+/// retried on EINTR.
+fn at_names(
+    at: &OwnedFd,
+    from: &str,
+    to: &str,
+    mut call: impl FnMut(RawFd, *const libc::c_char, *const libc::c_char) -> libc::c_int,
+) -> io::Result<()> {
+    let (f, t) = (cstr(from)?, cstr(to)?);
+    retry(|| call(at.as_raw_fd(), f.as_ptr(), t.as_ptr())).map(drop)
+}
+
+/// `call(at, name)` on the descriptor of `at` and `name` as a C string, retried on EINTR.
+fn at_name(
+    at: &OwnedFd,
+    name: &str,
+    mut call: impl FnMut(RawFd, *const libc::c_char) -> libc::c_int,
+) -> io::Result<libc::c_int> {
+    let n = cstr(name)?;
+    retry(|| call(at.as_raw_fd(), n.as_ptr()))
 }
 
 impl System for Real {
@@ -221,13 +243,9 @@ impl System for Real {
 
     fn open_dir_path(&self, path: &Path) -> io::Result<OwnedFd> {
         let p = cpath(path)?;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
         // SAFETY: `p` is NUL-terminated; the result is a new descriptor or -1.
-        let fd = retry(|| unsafe {
-            libc::open(
-                p.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        })?;
+        let fd = retry(|| unsafe { libc::open(p.as_ptr(), flags) })?;
         Ok(owned(fd))
     }
 
@@ -240,43 +258,35 @@ impl System for Real {
     }
 
     fn mkdir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
-        let n = cstr(name)?;
         // SAFETY: `at` is an open directory and `n` is NUL-terminated.
-        retry(|| unsafe { libc::mkdirat(at.as_raw_fd(), n.as_ptr(), 0o700) })?;
-        Ok(())
+        at_name(at, name, |at, n| unsafe { libc::mkdirat(at, n, 0o700) }).map(drop)
     }
 
     fn meta(&self, dir: &OwnedFd) -> io::Result<Meta> {
-        fstat(dir.as_raw_fd())
+        Ok(meta_of(&fstat(dir.as_raw_fd())?))
     }
 
     fn meta_at(&self, at: &OwnedFd, name: &str) -> io::Result<Meta> {
-        let n = cstr(name)?;
         // SAFETY: `stat` is plain old data; all-zero is a valid value that fstatat overwrites.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `at` is open, `n` is NUL-terminated and `st` is a valid out-pointer.
-        retry(|| unsafe {
-            libc::fstatat(
-                at.as_raw_fd(),
-                n.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
+        at_name(at, name, |at, n| unsafe {
+            libc::fstatat(at, n, &mut st, libc::AT_SYMLINK_NOFOLLOW)
         })?;
         Ok(meta_of(&st))
     }
 
     fn set_mode(&self, dir: &OwnedFd, mode: u32) -> io::Result<()> {
         // SAFETY: `dir` is an open descriptor.
-        retry(|| unsafe { libc::fchmod(dir.as_raw_fd(), mode as libc::mode_t) })?;
-        Ok(())
+        retry(|| unsafe { libc::fchmod(dir.as_raw_fd(), mode as libc::mode_t) }).map(drop)
     }
 
     fn set_mode_at(&self, at: &OwnedFd, name: &str, mode: u32) -> io::Result<()> {
-        let n = cstr(name)?;
         // SAFETY: `at` is open and `n` is NUL-terminated.
-        retry(|| unsafe { libc::fchmodat(at.as_raw_fd(), n.as_ptr(), mode as libc::mode_t, 0) })?;
-        Ok(())
+        at_name(at, name, |at, n| unsafe {
+            libc::fchmodat(at, n, mode as libc::mode_t, 0)
+        })
+        .map(drop)
     }
 
     fn create_file_at(
@@ -288,11 +298,9 @@ impl System for Real {
         mode: Option<u32>,
     ) -> io::Result<()> {
         // O_EXCL | O_NOFOLLOW: a new file, or an error.
-        let fd = openat(
-            at,
-            name,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )?;
+        let flags =
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let fd = openat(at, name, flags)?;
         let mut file = std::fs::File::from(fd);
         if let Some(mode) = mode {
             // Exactly this mode, whatever the umask took away.
@@ -317,7 +325,7 @@ impl System for Real {
         } else {
             openat(at, name, flags)?
         };
-        if fstat(fd.as_raw_fd())?.kind != Kind::File {
+        if meta_of(&fstat(fd.as_raw_fd())?).kind != Kind::File {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         Ok(fd)
@@ -330,27 +338,19 @@ impl System for Real {
             name,
             libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
         )?;
-        let meta = fstat(fd.as_raw_fd())?;
+        let meta = meta_of(&fstat(fd.as_raw_fd())?);
         if meta.kind != Kind::File {
             // Never read from a FIFO, socket or device: the caller sees the kind and refuses.
             return Ok((meta, Vec::new()));
         }
-        let bytes = read_to_limit(std::fs::File::from(fd), limit)?;
-        Ok((meta, bytes))
+        Ok((meta, read_to_limit(std::fs::File::from(fd), limit)?))
     }
 
     fn sync_dir(&self, dir: &OwnedFd) -> io::Result<()> {
         // SAFETY: `dir` is open.
         match retry(|| unsafe { libc::fsync(dir.as_raw_fd()) }) {
             // Some filesystems cannot sync a directory; the data was synced already.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
-                ) =>
-            {
-                Ok(())
-            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EOPNOTSUPP)) => Ok(()),
             other => other.map(drop),
         }
     }
@@ -361,12 +361,11 @@ impl System for Real {
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
             Err(e) => return Err(e),
         }
-        let (f, t) = (cstr(from)?, cstr(to)?);
         // Plain rename replaces only an empty directory; the protocol's lock directories are
         // never empty and the caller reads the token back.
         // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
-        retry(|| unsafe {
-            libc::renameat(at.as_raw_fd(), f.as_ptr(), at.as_raw_fd(), t.as_ptr())
+        at_names(at, from, to, |at, f, t| unsafe {
+            libc::renameat(at, f, at, t)
         })?;
         Ok(Renamed::Plain)
     }
@@ -376,17 +375,16 @@ impl System for Real {
     }
 
     fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
-        let n = cstr(name)?;
         // SAFETY: `at` is open and `n` is NUL-terminated.
-        retry(|| unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), 0) })?;
-        Ok(())
+        at_name(at, name, |at, n| unsafe { libc::unlinkat(at, n, 0) }).map(drop)
     }
 
     fn remove_dir_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
-        let n = cstr(name)?;
         // SAFETY: `at` is open and `n` is NUL-terminated.
-        retry(|| unsafe { libc::unlinkat(at.as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) })?;
-        Ok(())
+        at_name(at, name, |at, n| unsafe {
+            libc::unlinkat(at, n, libc::AT_REMOVEDIR)
+        })
+        .map(drop)
     }
 
     fn list(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {

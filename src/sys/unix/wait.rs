@@ -28,34 +28,20 @@ impl CancelHandle {
     /// Makes a new, unfired handle.
     pub fn new() -> io::Result<Arc<CancelHandle>> {
         #[cfg(target_os = "linux")]
-        {
-            // SAFETY: eventfd with valid flags returns a new descriptor or -1.
-            let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
-            Ok(Arc::new(CancelHandle {
-                read: owned(fd),
-                fired: AtomicBool::new(false),
-                #[cfg(feature = "tokio")]
-                notify: tokio::sync::Notify::new(),
-            }))
-        }
+        // SAFETY: eventfd with valid flags returns a new descriptor or -1.
+        let read = owned(check(unsafe {
+            libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK)
+        })?);
         #[cfg(not(target_os = "linux"))]
-        {
-            let mut fds = [0; 2];
-            // SAFETY: `fds` is a valid array of two descriptors for pipe to fill.
-            check(unsafe { libc::pipe(fds.as_mut_ptr()) })?;
-            let (read, write) = (owned(fds[0]), owned(fds[1]));
-            for fd in [&read, &write] {
-                // SAFETY: both descriptors are open and owned here.
-                check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) })?;
-            }
-            Ok(Arc::new(CancelHandle {
-                read,
-                write,
-                fired: AtomicBool::new(false),
-                #[cfg(feature = "tokio")]
-                notify: tokio::sync::Notify::new(),
-            }))
-        }
+        let (read, write) = pipe()?;
+        Ok(Arc::new(CancelHandle {
+            read,
+            #[cfg(not(target_os = "linux"))]
+            write,
+            fired: AtomicBool::new(false),
+            #[cfg(feature = "tokio")]
+            notify: tokio::sync::Notify::new(),
+        }))
     }
 
     /// Fires the handle, waking every sleeper polling it.
@@ -86,6 +72,20 @@ impl CancelHandle {
     pub fn notify(&self) -> &tokio::sync::Notify {
         &self.notify
     }
+}
+
+/// A pipe, both of its ends closed on exec.
+#[cfg(not(target_os = "linux"))]
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two descriptors for pipe to fill.
+    check(unsafe { libc::pipe(fds.as_mut_ptr()) })?;
+    let (read, write) = (owned(fds[0]), owned(fds[1]));
+    for fd in [&read, &write] {
+        // SAFETY: both descriptors are open and owned here.
+        check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) })?;
+    }
+    Ok((read, write))
 }
 
 fn ms(timeout: Option<Duration>) -> libc::c_int {
@@ -151,17 +151,11 @@ pub(super) fn sleep(
         if fds[0].revents != 0 {
             return Ok(Wake::Cancelled);
         }
-        let ready = [
-            fds[1].revents != 0,
-            fds[2].revents != 0,
-            fds[3].revents != 0,
-        ];
+        let ready = [1, 2, 3].map(|i| fds[i].revents != 0);
         if watch.is_none_or(|w| w.woken(ready)) {
             return Ok(Wake::Changed);
         }
         // Another waiter's event: sleep on.
-        for f in &mut fds {
-            f.revents = 0;
-        }
+        fds.iter_mut().for_each(|f| f.revents = 0);
     }
 }

@@ -15,10 +15,10 @@ use windows_sys::Win32::Storage::FileSystem::{
     CreateFileW, FileIdInfo, FileStandardInfo, GetFileInformationByHandle,
     GetFileInformationByHandleEx, GetFinalPathNameByHandleW, BY_HANDLE_FILE_INFORMATION,
     FILE_ATTRIBUTE_DEVICE, FILE_ATTRIBUTE_DIRECTORY, FILE_ATTRIBUTE_REPARSE_POINT,
-    FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT, FILE_ID_INFO, FILE_LIST_DIRECTORY,
-    FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES, FILE_SHARE_DELETE, FILE_SHARE_READ,
-    FILE_SHARE_WRITE, FILE_STANDARD_INFO, OPEN_EXISTING, READ_CONTROL, SYNCHRONIZE,
-    VOLUME_NAME_DOS,
+    FILE_FLAG_BACKUP_SEMANTICS, FILE_FLAG_OPEN_REPARSE_POINT, FILE_ID_INFO,
+    FILE_INFO_BY_HANDLE_CLASS, FILE_LIST_DIRECTORY, FILE_NAME_NORMALIZED, FILE_READ_ATTRIBUTES,
+    FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE, FILE_STANDARD_INFO, OPEN_EXISTING,
+    READ_CONTROL, SYNCHRONIZE, VOLUME_NAME_DOS,
 };
 
 /// An owned handle, closed on drop.
@@ -37,10 +37,6 @@ impl Drop for Handle {
     }
 }
 
-pub(super) fn owned(h: HANDLE) -> Handle {
-    Handle(h)
-}
-
 /// An open directory, and the sharing-mode lock (beacon or probe) taken through it.
 #[derive(Debug)]
 pub struct Dir {
@@ -53,25 +49,22 @@ pub struct Dir {
 pub(crate) fn filesystem(dir: &Dir) -> Option<(String, String)> {
     use windows_sys::Win32::Storage::FileSystem::GetVolumeInformationByHandleW;
     let mut name = [0u16; 64];
+    let (out, len) = (name.as_mut_ptr(), name.len() as u32);
+    let (no_label, none) = (std::ptr::null_mut(), std::ptr::null_mut());
     // SAFETY: the handle is open; `name` is writable for the length given; every other out
     // pointer may be null.
     let ok = unsafe {
-        GetVolumeInformationByHandleW(
-            dir.handle.0,
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            name.as_mut_ptr(),
-            name.len() as u32,
-        )
+        GetVolumeInformationByHandleW(dir.handle.0, no_label, 0, none, none, none, out, len)
     };
     if ok == 0 {
         return None;
     }
-    let len = name.iter().position(|c| *c == 0).unwrap_or(name.len());
-    Some((String::from_utf16_lossy(&name[..len]), String::new()))
+    Some((String::from_utf16_lossy(until_nul(&name)), String::new()))
+}
+
+/// `units` up to their first NUL, or all of them.
+pub(super) fn until_nul(units: &[u16]) -> &[u16] {
+    &units[..units.iter().position(|&c| c == 0).unwrap_or(units.len())]
 }
 
 pub(super) fn wide(path: &Path) -> Vec<u16> {
@@ -98,25 +91,48 @@ pub(super) fn verbatim(path: &Path) -> PathBuf {
     let Some(Component::Prefix(p)) = rest.next() else {
         return path.to_owned();
     };
-    let mut out = match p.kind() {
-        Prefix::Disk(_) => {
-            let mut s = std::ffi::OsString::from(r"\\?\");
-            s.push(p.as_os_str());
-            PathBuf::from(s)
-        }
+    let mut out = OsString::from(r"\\?\");
+    match p.kind() {
+        Prefix::Disk(_) => out.push(p.as_os_str()),
         Prefix::UNC(server, share) => {
-            let mut s = std::ffi::OsString::from(r"\\?\UNC\");
-            s.push(server);
-            s.push(r"\");
-            s.push(share);
-            PathBuf::from(s)
+            out.push(r"UNC\");
+            out.push(server);
+            out.push(r"\");
+            out.push(share);
         }
         _ => return path.to_owned(),
-    };
-    for c in rest {
-        out.push(c);
     }
+    let mut out = PathBuf::from(out);
+    out.extend(rest);
     out
+}
+
+/// Opens `path` with `access` and `share` (following a reparse point unless `flags` says not).
+fn create(
+    path: &Path,
+    access: u32,
+    share: u32,
+    disposition: u32,
+    flags: u32,
+) -> io::Result<Handle> {
+    let w = wide(path);
+    let (security, template) = (std::ptr::null(), std::ptr::null_mut());
+    // SAFETY: `w` is NUL-terminated; no security attributes or template.
+    let h = unsafe {
+        CreateFileW(
+            w.as_ptr(),
+            access,
+            share,
+            security,
+            disposition,
+            flags,
+            template,
+        )
+    };
+    if h == INVALID_HANDLE_VALUE {
+        return Err(last());
+    }
+    Ok(Handle(h))
 }
 
 /// Opens `path` (never following a reparse point) with `access` and `share`.
@@ -127,26 +143,41 @@ pub(super) fn open(
     disposition: u32,
     flags: u32,
 ) -> io::Result<Handle> {
-    let w = wide(path);
-    // SAFETY: `w` is NUL-terminated; no security attributes or template.
-    let h = unsafe {
-        CreateFileW(
-            w.as_ptr(),
-            access,
-            share,
-            std::ptr::null(),
-            disposition,
-            flags | FILE_FLAG_OPEN_REPARSE_POINT,
-            std::ptr::null_mut(),
-        )
-    };
-    if h == INVALID_HANDLE_VALUE {
-        return Err(last());
-    }
-    Ok(owned(h))
+    create(
+        path,
+        access,
+        share,
+        disposition,
+        flags | FILE_FLAG_OPEN_REPARSE_POINT,
+    )
+}
+
+/// Opens the existing file or directory `path` (never following a reparse point) with
+/// `access`, sharing everything.
+pub(super) fn open_existing(path: &Path, access: u32) -> io::Result<Handle> {
+    open(
+        path,
+        access,
+        SHARE_ALL,
+        OPEN_EXISTING,
+        FILE_FLAG_BACKUP_SEMANTICS,
+    )
 }
 
 pub(super) const SHARE_ALL: u32 = FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE;
+
+/// The information of class `class` about the file open as `h` (`T` is its structure), if
+/// the system tells it.
+fn info_ex<T>(h: &Handle, class: FILE_INFO_BY_HANDLE_CLASS) -> Option<T> {
+    // SAFETY: the structures asked for are plain data; all-zero is valid and the call
+    // overwrites it.
+    let mut out: T = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<T>() as u32;
+    // SAFETY: `h` is open; `out` is a valid out-buffer of the size given.
+    let read =
+        unsafe { GetFileInformationByHandleEx(h.0, class, (&mut out as *mut T).cast(), size) };
+    (read != 0).then_some(out)
+}
 
 pub(super) fn info(h: &Handle) -> io::Result<BY_HANDLE_FILE_INFORMATION> {
     // SAFETY: the structure is plain data; all-zero is valid and the call overwrites it.
@@ -162,18 +193,7 @@ pub(super) fn info(h: &Handle) -> io::Result<BY_HANDLE_FILE_INFORMATION> {
 /// zero upper half, so it is the same index as before). Where `FileIdInfo` is refused (older
 /// systems, Wine), the 64-bit index `info` gives.
 pub(super) fn file_id(h: &Handle, i: &BY_HANDLE_FILE_INFORMATION) -> FileId {
-    // SAFETY: the structure is plain data; all-zero is valid and the call overwrites it.
-    let mut id: FILE_ID_INFO = unsafe { std::mem::zeroed() };
-    // SAFETY: `h` is open; `id` is a valid out-buffer of the size given.
-    let read = unsafe {
-        GetFileInformationByHandleEx(
-            h.0,
-            FileIdInfo,
-            (&mut id as *mut FILE_ID_INFO).cast(),
-            std::mem::size_of::<FILE_ID_INFO>() as u32,
-        )
-    } != 0;
-    if read {
+    if let Some(id) = info_ex::<FILE_ID_INFO>(h, FileIdInfo) {
         let bytes = id.FileId.Identifier;
         let low = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
         let high = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
@@ -188,11 +208,15 @@ pub(super) fn file_id(h: &Handle, i: &BY_HANDLE_FILE_INFORMATION) -> FileId {
     }
 }
 
+/// The 100-nanosecond intervals since 1601 that `t` counts.
+pub(super) fn ticks(t: FILETIME) -> u64 {
+    (u64::from(t.dwHighDateTime) << 32) | u64::from(t.dwLowDateTime)
+}
+
 /// 100-nanosecond intervals since 1601 to a `SystemTime`.
 pub(super) fn system_time(t: FILETIME) -> SystemTime {
-    let ticks = (u64::from(t.dwHighDateTime) << 32) | u64::from(t.dwLowDateTime);
     const EPOCH_DIFF: u64 = 116_444_736_000_000_000; // 1601 to 1970 in 100 ns
-    match ticks.checked_sub(EPOCH_DIFF) {
+    match ticks(t).checked_sub(EPOCH_DIFF) {
         Some(since) => UNIX_EPOCH + Duration::from_nanos(since.saturating_mul(100)),
         None => UNIX_EPOCH,
     }
@@ -212,18 +236,8 @@ pub(super) fn meta_of(h: &Handle) -> io::Result<Meta> {
     };
     // A file or directory that was deleted while open is "delete pending": report it as
     // unlinked (link count 0), as a removed directory is on Unix.
-    // SAFETY: the structure is plain data; all-zero is valid and the call overwrites it.
-    let mut standard: FILE_STANDARD_INFO = unsafe { std::mem::zeroed() };
-    // SAFETY: `h` is open; `standard` is writable for its size.
-    let pending = unsafe {
-        GetFileInformationByHandleEx(
-            h.0,
-            FileStandardInfo,
-            (&mut standard as *mut FILE_STANDARD_INFO).cast(),
-            std::mem::size_of::<FILE_STANDARD_INFO>() as u32,
-        )
-    } != 0
-        && standard.DeletePending;
+    let pending =
+        info_ex::<FILE_STANDARD_INFO>(h, FileStandardInfo).is_some_and(|s| s.DeletePending);
     let (uid, mode) = super::security::ownership(h.0, kind == Kind::Dir)?;
     Ok(Meta {
         id: file_id(h, &i),
@@ -245,15 +259,11 @@ impl Dir {
     pub(super) fn current_path(&self) -> io::Result<PathBuf> {
         let mut buf = vec![0u16; 512];
         loop {
+            let (out, len) = (buf.as_mut_ptr(), buf.len() as u32);
+            let spelling = FILE_NAME_NORMALIZED | VOLUME_NAME_DOS;
             // SAFETY: `buf` is writable for its length.
-            let n = unsafe {
-                GetFinalPathNameByHandleW(
-                    self.handle.0,
-                    buf.as_mut_ptr(),
-                    buf.len() as u32,
-                    FILE_NAME_NORMALIZED | VOLUME_NAME_DOS,
-                )
-            } as usize;
+            let n =
+                unsafe { GetFinalPathNameByHandleW(self.handle.0, out, len, spelling) } as usize;
             if n == 0 {
                 return Err(last());
             }
@@ -282,31 +292,15 @@ impl Dir {
 pub(super) fn open_dir(path: &Path, follow: bool) -> io::Result<Dir> {
     let access = FILE_LIST_DIRECTORY | FILE_READ_ATTRIBUTES | READ_CONTROL | SYNCHRONIZE;
     let handle = if follow {
-        let w = wide(path);
-        // SAFETY: `w` is NUL-terminated; no security attributes or template.
-        let h = unsafe {
-            CreateFileW(
-                w.as_ptr(),
-                access,
-                SHARE_ALL,
-                std::ptr::null(),
-                OPEN_EXISTING,
-                FILE_FLAG_BACKUP_SEMANTICS,
-                std::ptr::null_mut(),
-            )
-        };
-        if h == INVALID_HANDLE_VALUE {
-            return Err(last());
-        }
-        owned(h)
-    } else {
-        open(
+        create(
             path,
             access,
             SHARE_ALL,
             OPEN_EXISTING,
             FILE_FLAG_BACKUP_SEMANTICS,
         )?
+    } else {
+        open_existing(path, access)?
     };
     let attrs = info(&handle)?.dwFileAttributes;
     if attrs & FILE_ATTRIBUTE_REPARSE_POINT != 0 {

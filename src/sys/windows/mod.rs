@@ -45,7 +45,7 @@ use std::os::windows::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use windows_sys::Win32::Foundation::{
-    GetLastError, ERROR_ACCESS_DENIED, ERROR_ALREADY_EXISTS, ERROR_DIRECTORY, ERROR_DIR_NOT_EMPTY,
+    ERROR_ACCESS_DENIED, ERROR_ALREADY_EXISTS, ERROR_DIRECTORY, ERROR_DIR_NOT_EMPTY,
     ERROR_FILE_EXISTS, ERROR_INVALID_PARAMETER, ERROR_NOT_SUPPORTED, ERROR_SHARING_VIOLATION,
     ERROR_STOPPED_ON_SYMLINK, GENERIC_READ, GENERIC_WRITE, WAIT_OBJECT_0,
 };
@@ -56,14 +56,14 @@ use windows_sys::Win32::Storage::FileSystem::{
     FILE_SHARE_READ, OPEN_EXISTING, READ_CONTROL, SYNCHRONIZE,
 };
 use windows_sys::Win32::System::Threading::{
-    OpenProcess, WaitForSingleObject, PROCESS_QUERY_LIMITED_INFORMATION,
+    WaitForSingleObject, PROCESS_QUERY_LIMITED_INFORMATION,
 };
 
 pub(crate) use handles::filesystem;
 pub use handles::Dir;
 use handles::*;
 pub(crate) use process::process_key;
-use process::{pid, process_times};
+use process::{open_process, pid};
 
 /// The real operating system.
 #[derive(Clone, Copy, Debug, Default)]
@@ -95,13 +95,7 @@ fn patiently<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
 
 /// Renames `from` to `to` (both full paths), failing if `to` exists.
 fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
-    let h = open(
-        from,
-        DELETE | SYNCHRONIZE,
-        SHARE_ALL,
-        OPEN_EXISTING,
-        FILE_FLAG_BACKUP_SEMANTICS,
-    )?;
+    let h = open_existing(from, DELETE | SYNCHRONIZE)?;
     let name: Vec<u16> = to.as_os_str().encode_wide().collect();
     let header = std::mem::size_of::<FILE_RENAME_INFO>();
     let size = header + name.len() * 2;
@@ -161,14 +155,10 @@ impl System for Real {
     }
 
     fn meta_at(&self, at: &Dir, name: &str) -> io::Result<Meta> {
-        let h = open(
+        meta_of(&open_existing(
             &at.join(name)?,
             FILE_READ_ATTRIBUTES | READ_CONTROL,
-            SHARE_ALL,
-            OPEN_EXISTING,
-            FILE_FLAG_BACKUP_SEMANTICS,
-        )?;
-        meta_of(&h)
+        )?)
     }
 
     fn set_mode(&self, dir: &Dir, _mode: u32) -> io::Result<()> {
@@ -188,13 +178,8 @@ impl System for Real {
         _mode: Option<u32>,
     ) -> io::Result<()> {
         // The file inherits the private ACL of the directory it is made in.
-        let h = open(
-            &at.join(name)?,
-            GENERIC_WRITE,
-            FILE_SHARE_READ,
-            CREATE_NEW,
-            0,
-        )?;
+        let path = at.join(name)?;
+        let h = open(&path, GENERIC_WRITE, FILE_SHARE_READ, CREATE_NEW, 0)?;
         let mut rest = contents;
         while !rest.is_empty() {
             let mut n = 0u32;
@@ -219,13 +204,8 @@ impl System for Real {
 
     fn read_file_at(&self, at: &Dir, name: &str, limit: usize) -> io::Result<(Meta, Vec<u8>)> {
         // Every sharing mode: a reader never stands in the way of a writer or a rename.
-        let h = open(
-            &at.join(name)?,
-            GENERIC_READ | READ_CONTROL,
-            SHARE_ALL,
-            OPEN_EXISTING,
-            0,
-        )?;
+        let (path, access) = (at.join(name)?, GENERIC_READ | READ_CONTROL);
+        let h = open(&path, access, SHARE_ALL, OPEN_EXISTING, 0)?;
         let meta = meta_of(&h)?;
         if meta.kind != Kind::File {
             return Ok((meta, Vec::new()));
@@ -234,17 +214,9 @@ impl System for Real {
         let mut got = 0usize;
         while got < bytes.len() {
             let mut n = 0u32;
-            let want = (bytes.len() - got) as u32;
-            // SAFETY: `bytes[got..]` is writable for `want` bytes; `n` receives the count.
-            done(unsafe {
-                ReadFile(
-                    h.0,
-                    bytes[got..].as_mut_ptr(),
-                    want,
-                    &mut n,
-                    std::ptr::null_mut(),
-                )
-            })?;
+            let (rest, null) = (&mut bytes[got..], std::ptr::null_mut());
+            // SAFETY: `rest` is writable for its length; `n` receives the count.
+            done(unsafe { ReadFile(h.0, rest.as_mut_ptr(), rest.len() as u32, &mut n, null) })?;
             if n == 0 {
                 break;
             }
@@ -335,24 +307,23 @@ impl System for Real {
     }
 
     fn process_alive(&self, pid: u32) -> Option<bool> {
-        // SAFETY: OpenProcess takes plain values and returns a handle or null.
-        let h = unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE, 0, pid) };
-        if h.is_null() {
-            // SAFETY: no preconditions.
-            return match unsafe { GetLastError() } {
-                ERROR_INVALID_PARAMETER => Some(false), // no such process
-                ERROR_ACCESS_DENIED => Some(true),      // someone else's, alive
-                _ => None,
-            };
-        }
-        let h = owned(h);
+        let h = match open_process(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE, pid) {
+            Ok(h) => h,
+            Err(e) => {
+                return match e.raw_os_error().map(|n| n as u32) {
+                    Some(ERROR_INVALID_PARAMETER) => Some(false), // no such process
+                    Some(ERROR_ACCESS_DENIED) => Some(true),      // someone else's, alive
+                    _ => None,
+                };
+            }
+        };
         // A process that exited is signalled (its object lives on while handles to it do).
         // SAFETY: `h` is open with SYNCHRONIZE.
         Some(unsafe { WaitForSingleObject(h.0, 0) } != WAIT_OBJECT_0)
     }
 
     fn start_time(&self, pid: u32) -> Option<u64> {
-        process_times(pid).map(|(_, t)| t)
+        process::start_time(pid)
     }
 
     fn watch(&self, lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Option<Watch>> {
@@ -371,10 +342,9 @@ impl System for Real {
 
 pub(super) fn is(e: &io::Error, which: super::Errno) -> bool {
     use super::Errno::*;
-    let Some(n) = e.raw_os_error() else {
+    let Some(n) = e.raw_os_error().map(|n| n as u32) else {
         return false;
     };
-    let n = n as u32;
     match which {
         Exists => n == ERROR_ALREADY_EXISTS || n == ERROR_FILE_EXISTS,
         NotEmpty => n == ERROR_DIR_NOT_EMPTY,

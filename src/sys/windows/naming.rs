@@ -1,7 +1,7 @@
 //! How Windows names what dirlock names: the bytes a path is hashed as, the names as the disk
 //! spells them, the temporary directory, the per-user base directory.
 
-use super::handles::{verbatim, wide};
+use super::handles::{until_nul, verbatim, wide};
 use std::borrow::Cow;
 use std::ffi::OsString;
 use std::os::windows::ffi::{OsStrExt, OsStringExt};
@@ -46,12 +46,7 @@ fn name_on_disk(path: &Path) -> Option<OsString> {
     }
     // SAFETY: `h` is the search handle just opened, closed once.
     unsafe { FindClose(h) };
-    let len = data
-        .cFileName
-        .iter()
-        .position(|&c| c == 0)
-        .unwrap_or(data.cFileName.len());
-    let found = OsString::from_wide(&data.cFileName[..len]);
+    let found = OsString::from_wide(until_nul(&data.cFileName));
     (!found.is_empty()).then_some(found)
 }
 

@@ -2,8 +2,8 @@
 //! through a reused pid.
 
 use super::super::Identity;
+use std::io;
 use windows_sys::Win32::Foundation::FILETIME;
-use windows_sys::Win32::Storage::FileSystem::SYNCHRONIZE;
 use windows_sys::Win32::System::SystemInformation::{
     ComputerNamePhysicalDnsHostname, GetComputerNameExW,
 };
@@ -11,39 +11,35 @@ use windows_sys::Win32::System::Threading::{
     GetCurrentProcessId, GetProcessTimes, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
 };
 
-use super::handles::{owned, Handle};
+use super::handles::{last, ticks, Handle};
 
-pub(super) fn process_times(pid: u32) -> Option<(Handle, u64)> {
+/// Opens process `pid` for `access`.
+pub(super) fn open_process(access: u32, pid: u32) -> io::Result<Handle> {
     // SAFETY: OpenProcess takes plain values and returns a handle or null.
-    let h = unsafe { OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION | SYNCHRONIZE, 0, pid) };
+    let h = unsafe { OpenProcess(access, 0, pid) };
     if h.is_null() {
-        return None;
+        return Err(last());
     }
-    let h = owned(h);
-    let zero = FILETIME {
-        dwLowDateTime: 0,
-        dwHighDateTime: 0,
-    };
-    let (mut created, mut exited, mut kernel, mut user) = (zero, zero, zero, zero);
+    Ok(Handle(h))
+}
+
+/// When process `pid` was created, in 100-nanosecond intervals since 1601.
+pub(super) fn start_time(pid: u32) -> Option<u64> {
+    let h = open_process(PROCESS_QUERY_LIMITED_INFORMATION, pid).ok()?;
+    let [mut created, mut exited, mut kernel, mut user] = [FILETIME::default(); 4];
     // SAFETY: `h` is open with query access; the four out-pointers are locals.
     if unsafe { GetProcessTimes(h.0, &mut created, &mut exited, &mut kernel, &mut user) } == 0 {
         return None;
     }
-    Some((
-        h,
-        (u64::from(created.dwHighDateTime) << 32) | u64::from(created.dwLowDateTime),
-    ))
+    Some(ticks(created))
 }
 
 fn hostname() -> Option<String> {
     let mut buf = vec![0u16; 256];
     let mut len = buf.len() as u32;
+    let (kind, out) = (ComputerNamePhysicalDnsHostname, buf.as_mut_ptr());
     // SAFETY: `buf` is writable for `len` units; `len` receives the length written.
-    if unsafe { GetComputerNameExW(ComputerNamePhysicalDnsHostname, buf.as_mut_ptr(), &mut len) }
-        == 0
-    {
-        return None;
-    }
+    super::handles::done(unsafe { GetComputerNameExW(kind, out, &mut len) }).ok()?;
     String::from_utf16(&buf[..len as usize])
         .ok()
         .filter(|h| !h.is_empty())
@@ -65,7 +61,7 @@ pub(super) fn identity() -> Identity {
         let pid = pid();
         Identity {
             pid,
-            start_time: process_times(pid).map(|(_, t)| t),
+            start_time: start_time(pid),
             boot_id: None,
             host: hostname(),
             pid_namespace: None,

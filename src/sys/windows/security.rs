@@ -14,7 +14,6 @@
 //! `mode` 0700 (a directory) or 0600 (a file) when private, 0777 or 0666 when not.
 
 use std::io;
-use std::os::windows::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::OnceLock;
 use windows_sys::Win32::Foundation::{CloseHandle, LocalFree, ERROR_SUCCESS, HANDLE};
@@ -57,16 +56,9 @@ fn token_sid(class: i32) -> Option<Vec<u8>> {
     }
     let mut buf = vec![0u8; 256];
     let mut len = 0u32;
+    let (out, size) = (buf.as_mut_ptr().cast(), buf.len() as u32);
     // SAFETY: `token` is open; `buf` is writable for its length; `len` receives the size used.
-    let ok = unsafe {
-        GetTokenInformation(
-            token,
-            class,
-            buf.as_mut_ptr().cast(),
-            buf.len() as u32,
-            &mut len,
-        )
-    };
+    let ok = unsafe { GetTokenInformation(token, class, out, size, &mut len) };
     // SAFETY: `token` was opened above and is closed once.
     unsafe { CloseHandle(token) };
     if ok == 0 {
@@ -228,39 +220,24 @@ pub(super) fn make_private(path: &Path) -> io::Result<()> {
         .chain(Some(0))
         .collect();
     let mut sd: PSECURITY_DESCRIPTOR = std::ptr::null_mut();
+    let no_size = std::ptr::null_mut();
     // SAFETY: `sddl` is NUL-terminated; `sd` receives a LocalAlloc'd descriptor freed below.
-    if unsafe {
-        ConvertStringSecurityDescriptorToSecurityDescriptorW(
-            sddl.as_ptr(),
-            1,
-            &mut sd,
-            std::ptr::null_mut(),
-        )
-    } == 0
-    {
-        return Err(io::Error::last_os_error());
-    }
+    super::handles::done(unsafe {
+        ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl.as_ptr(), 1, &mut sd, no_size)
+    })?;
     let mut present = 0;
     let mut defaulted = 0;
     let mut dacl: *mut ACL = std::ptr::null_mut();
     // SAFETY: `sd` is valid; the out-pointers are locals.
     let ok = unsafe { GetSecurityDescriptorDacl(sd, &mut present, &mut dacl, &mut defaulted) };
-    let wide: Vec<u16> = path.as_os_str().encode_wide().chain(Some(0)).collect();
+    let wide = super::handles::wide(path);
     let rc = if ok == 0 {
         io::Error::last_os_error().raw_os_error().unwrap_or(1) as u32
     } else {
+        let what = DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION;
+        let (name, no_sid, no_acl) = (wide.as_ptr(), std::ptr::null_mut(), std::ptr::null());
         // SAFETY: `wide` is NUL-terminated; `dacl` points into `sd`, alive until freed below.
-        unsafe {
-            SetNamedSecurityInfoW(
-                wide.as_ptr(),
-                SE_FILE_OBJECT,
-                DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                dacl,
-                std::ptr::null_mut(),
-            )
-        }
+        unsafe { SetNamedSecurityInfoW(name, SE_FILE_OBJECT, what, no_sid, no_sid, dacl, no_acl) }
     };
     // SAFETY: allocated by the conversion above, freed once.
     unsafe { LocalFree(sd) };

@@ -3,7 +3,7 @@
 //! reclaim removes it: both change the names there), and the holder's process, whose handle
 //! is signalled when it exits (a holder that dies without releasing).
 
-use super::{owned, Dir, Handle};
+use super::{open_process, Dir, Handle};
 use crate::sys::Wake;
 use std::io;
 use std::path::Path;
@@ -18,7 +18,7 @@ use windows_sys::Win32::Storage::FileSystem::{
     FILE_NOTIFY_CHANGE_DIR_NAME, FILE_NOTIFY_CHANGE_FILE_NAME,
 };
 use windows_sys::Win32::System::Threading::{
-    CreateEventW, OpenProcess, SetEvent, WaitForMultipleObjects, INFINITE, PROCESS_SYNCHRONIZE,
+    CreateEventW, SetEvent, WaitForMultipleObjects, INFINITE, PROCESS_SYNCHRONIZE,
 };
 
 /// A cancellation signal shared between a waiter and whoever may cancel it (a manual-reset
@@ -42,7 +42,7 @@ impl CancelHandle {
             return Err(io::Error::last_os_error());
         }
         Ok(Arc::new(CancelHandle {
-            event: owned(event),
+            event: Handle(event),
             fired: AtomicBool::new(false),
             #[cfg(feature = "tokio")]
             notify: tokio::sync::Notify::new(),
@@ -108,23 +108,14 @@ pub(crate) fn watch(lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Op
     let parent = lock.current_path()?.parent().map(Path::to_path_buf);
     let names = parent.and_then(|p| {
         let wide = super::wide(&p);
+        let names = FILE_NOTIFY_CHANGE_DIR_NAME | FILE_NOTIFY_CHANGE_FILE_NAME;
         // SAFETY: `wide` is NUL-terminated; not the subtree, only names in it.
-        let h = unsafe {
-            FindFirstChangeNotificationW(
-                wide.as_ptr(),
-                0,
-                FILE_NOTIFY_CHANGE_DIR_NAME | FILE_NOTIFY_CHANGE_FILE_NAME,
-            )
-        };
+        let h = unsafe { FindFirstChangeNotificationW(wide.as_ptr(), 0, names) };
         (h != INVALID_HANDLE_VALUE && !h.is_null()).then_some(Notification(h))
     });
-    let process = pid.and_then(|pid| {
-        // SAFETY: OpenProcess takes plain values and returns a handle or null.
-        let h = unsafe { OpenProcess(PROCESS_SYNCHRONIZE, 0, pid) };
-        // Null: no such process (the caller's next look sees it), or not ours to wait on (the
-        // directory's changes still come).
-        (!h.is_null()).then(|| owned(h))
-    });
+    // None: no such process (the caller's next look sees it), or not ours to wait on (the
+    // directory's changes still come).
+    let process = pid.and_then(|pid| open_process(PROCESS_SYNCHRONIZE, pid).ok());
     if names.is_none() && process.is_none() {
         return Ok(None);
     }
@@ -136,6 +127,18 @@ pub(crate) fn watch(lock: &Dir, pid: Option<u32>, beacon: bool) -> io::Result<Op
         process,
         recheck,
     }))
+}
+
+/// The handles a sleeper waits on, each with its slot: 0 the cancel event, 1 the change
+/// notification, 2 the holder's process.
+pub(super) fn slots(watch: Option<&Watch>, cancel: Option<&CancelHandle>) -> Vec<(usize, HANDLE)> {
+    let names = watch.and_then(|w| w.names.as_ref()).map(|n| n.0);
+    let process = watch.and_then(|w| w.process.as_ref()).map(|p| p.0);
+    [cancel.map(|c| c.event.0), names, process]
+        .into_iter()
+        .enumerate()
+        .filter_map(|(slot, h)| Some((slot, h?)))
+        .collect()
 }
 
 fn ms(left: Option<Duration>) -> u32 {
@@ -155,21 +158,7 @@ pub(crate) fn sleep(
     if cancel.is_some_and(|c| c.is_fired()) {
         return Ok(Wake::Cancelled);
     }
-    // Slot order: the cancel event, the notification, the process.
-    let mut handles: Vec<HANDLE> = Vec::with_capacity(3);
-    let mut kinds: Vec<u8> = Vec::with_capacity(3);
-    if let Some(c) = cancel {
-        handles.push(c.event.0);
-        kinds.push(0);
-    }
-    if let Some(n) = watch.and_then(|w| w.names.as_ref()) {
-        handles.push(n.0);
-        kinds.push(1);
-    }
-    if let Some(p) = watch.and_then(|w| w.process.as_ref()) {
-        handles.push(p.0);
-        kinds.push(2);
-    }
+    let (kinds, handles): (Vec<usize>, Vec<HANDLE>) = slots(watch, cancel).into_iter().unzip();
     // A deadline beyond what the clock can count (`Duration::MAX`) is no deadline.
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     if handles.is_empty() {

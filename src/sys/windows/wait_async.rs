@@ -3,7 +3,7 @@
 //! the system's wait threads (`RegisterWaitForSingleObject`), whose callback wakes the task.
 //! A waiting task holds no thread of its own.
 
-use super::wait::{CancelHandle, Watch, RECHECK};
+use super::wait::{slots, CancelHandle, Watch, RECHECK};
 use crate::sys::Wake;
 use std::ffi::c_void;
 use std::io;
@@ -100,16 +100,10 @@ pub(crate) async fn sleep_async(
         notify: tokio::sync::Notify::new(),
     });
     let names = watch.and_then(|w| w.names.as_ref());
-    let mut registrations = Vec::new();
-    if let Some(c) = cancel {
-        registrations.push(register(c.event.0, &signal, 0)?);
-    }
-    if let Some(n) = names {
-        registrations.push(register(n.0, &signal, 1)?);
-    }
-    if let Some(p) = watch.and_then(|w| w.process.as_ref()) {
-        registrations.push(register(p.0, &signal, 2)?);
-    }
+    let _registrations = slots(watch, cancel)
+        .into_iter()
+        .map(|(slot, h)| register(h, &signal, slot))
+        .collect::<io::Result<Vec<_>>>()?;
     let mut recheck = pin!(async {
         match watch.is_some_and(|w| w.recheck) {
             true => tokio::time::sleep(RECHECK).await,

@@ -13,7 +13,10 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FILE_LIMIT = 600
 FN_LIMIT = 60
-FN = re.compile(r"^\s*(pub(\([a-z]+\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?(extern\s+\"[^\"]*\"\s+)?fn\s+(\w+)")
+# A function's head: at the start of a line or after a `{` on it (`impl X { fn f() {`), after
+# any attributes (`#[inline] fn`), with any visibility (`pub(in crate::a)`) and qualifiers.
+FN = re.compile(r"(?:^|\{)\s*(?:#\[[^\]]*\]\s*)*(?:pub(?:\([^)]*\))?\s+)?(?:default\s+)?(?:const\s+)?"
+                r"(?:async\s+)?(?:unsafe\s+)?(?:extern\s+\"[^\"]*\"\s+)?fn\s+(\w+)")
 
 
 def code(line):
@@ -42,12 +45,13 @@ def functions(path):
             pending_test = False
         elif pending_test and not stripped.startswith("#"):
             pending_test = False
-        m = FN.match(line)
+        m = FN.search(c)
         if m and skip_depth is None and not c.rstrip().endswith(";"):
-            # The function runs to the line where the braces opened on its first `{` close.
+            # The function runs to the line where the braces opened on its first `{` close
+            # (counted from its head: an `impl X {` before it on the line is not its own).
             d, j, opened = 0, i, False
             while j < len(lines):
-                cj = code(lines[j])
+                cj = code(lines[j])[m.end():] if j == i else code(lines[j])
                 d += cj.count("{") - cj.count("}")
                 opened = opened or "{" in cj
                 if opened and d <= 0:
@@ -56,7 +60,7 @@ def functions(path):
                     break
                 j += 1
             if opened:
-                out.append((m.group(7), i + 1, j - i + 1))
+                out.append((m.group(1), i + 1, j - i + 1))
         depth += c.count("{") - c.count("}")
         if skip_depth is not None and depth <= skip_depth:
             skip_depth = None

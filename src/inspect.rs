@@ -46,8 +46,10 @@ impl Status {
     /// owner is gone and its grace period over (at once when the kernel proves the owner
     /// gone), and no other process is reclaiming it (a reclaim guard left by a crash of this
     /// crate's is reused at once; another implementation's is respected for the grace
-    /// period). An acquisition judges by the same rules, so the two agree on one look at
-    /// an unchanging lock.
+    /// period; an unsafe one is refused). An acquisition judges by the same rules, so the two
+    /// agree on one look at an unchanging lock. (A look at the guard is a shared lock on it,
+    /// which another look does not stand in the way of: a program that keeps a shared lock on
+    /// a guard, which no implementation does, is seen only by the acquisition.)
     pub fn takeable(&self) -> bool {
         let reclaimable = match &self.state {
             State::Free => return true,
@@ -58,7 +60,7 @@ impl Status {
         reclaimable
             && match &self.guard {
                 GuardState::Absent => true,
-                GuardState::Busy => false,
+                GuardState::Busy | GuardState::Unsafe { .. } => false,
                 GuardState::Leftover { marked, age } => *marked || *age >= self.grace,
             }
     }
@@ -137,15 +139,24 @@ pub enum GuardState {
         /// How old it is.
         age: Duration,
     },
+    /// Not private (another user's, or writable by others): an acquisition refuses to use it,
+    /// and it is never removed automatically.
+    Unsafe {
+        /// The guard's path.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
 }
 
 impl GuardState {
-    /// A stable one-word name: `absent`, `busy`, `leftover`.
+    /// A stable one-word name: `absent`, `busy`, `leftover`, `unsafe`.
     pub fn name(&self) -> &'static str {
         match self {
             GuardState::Absent => "absent",
             GuardState::Busy => "busy",
             GuardState::Leftover { .. } => "leftover",
+            GuardState::Unsafe { .. } => "unsafe",
         }
     }
 }
@@ -309,16 +320,21 @@ fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error
         // Another platform's: whether it is in use cannot be told here.
         Guard::Foreign => return Ok(GuardState::Busy),
     };
-    // A shared probe: it never conflicts with another prober, only with a reclaimer.
-    if !sp.sys.try_lock(&guard, false).unwrap_or(true) {
-        return Ok(GuardState::Busy);
-    }
     let meta = match sp.sys.meta(&guard) {
         Ok(m) => m,
         // Retired meanwhile (some FUSE filesystems say so for a removed directory).
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(GuardState::Absent),
         Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(&gname), e)),
     };
+    // As a reclaimer finds it: first whether it is safe to use at all.
+    if let Some(problem) = sp.private_problem(&meta, "the reclaim guard") {
+        let path = sp.entry(&gname);
+        return Ok(GuardState::Unsafe { path, problem });
+    }
+    // A shared probe: it never conflicts with another prober, only with a reclaimer.
+    if !sp.sys.try_lock(&guard, false).unwrap_or(true) {
+        return Ok(GuardState::Busy);
+    }
     Ok(GuardState::Leftover {
         marked: file || sp.sys.meta_at(&guard, GUARD_MARKER).is_ok(),
         age: since(sp.sys, meta.mtime).unwrap_or_default(),

@@ -101,6 +101,10 @@ pub(crate) fn to_json(st: &Status) -> Value {
         GuardState::Leftover { marked, age } => {
             json!({ "state": st.guard.name(), "marked": marked, "age_ms": age.as_millis() as u64 })
         }
+        GuardState::Unsafe { path, problem } => json!({
+            "state": st.guard.name(), "marked": null, "age_ms": null,
+            "path": path.to_string_lossy(), "problem": problem
+        }),
         g => json!({ "state": g.name(), "marked": null, "age_ms": null }),
     };
     let mut value = json!({
@@ -160,6 +164,27 @@ pub(crate) fn describe(st: &Status, what: Option<&str>, verbose: bool) -> String
     out
 }
 
+/// Why no run can take over a lock whose holder has ended (the library's takeability says so,
+/// for the reclaim guard's sake), in words; `None` when one can, or the holder has not ended.
+fn takeover_blocked(st: &Status) -> Option<String> {
+    let ended = matches!(st.state, State::DeadByProof)
+        || matches!(st.state, State::DeadByEvidence { remaining } if remaining.is_zero());
+    if !ended || st.takeable() {
+        return None;
+    }
+    Some(match &st.guard {
+        GuardState::Unsafe { path, problem } => format!(
+            "no run can take it over: {} ({}); remove that by hand once no process uses this lock",
+            shown(path),
+            escape(problem)
+        ),
+        GuardState::Leftover { .. } => {
+            "another program's interrupted takeover is respected for a while".to_owned()
+        }
+        _ => "another process is taking it over right now".to_owned(),
+    })
+}
+
 /// The first line of [`describe`]: whether `what` can be taken, and who holds it since when.
 fn summary(st: &Status, what: &str) -> String {
     let holder = || {
@@ -172,6 +197,9 @@ fn summary(st: &Status, what: &str) -> String {
         }
         h
     };
+    if let Some(why) = takeover_blocked(st) {
+        return format!("{what} was held by {}, which has ended: {why}", holder());
+    }
     match &st.state {
         State::Free => format!("{what} is free"),
         State::Held => format!("{what} is held by {}", holder()),
@@ -250,6 +278,9 @@ fn guard_words(guard: &GuardState) -> String {
             span(*age)
         ),
         GuardState::Busy => "busy: a process is reclaiming the lock".to_owned(),
+        GuardState::Unsafe { path, problem } => {
+            format!("unsafe, never used: {} ({})", shown(path), escape(problem))
+        }
         g => g.name().to_owned(),
     }
 }

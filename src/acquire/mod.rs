@@ -319,6 +319,21 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         }
     }
 
+    /// Who holds the lock now, judged, for a task that queues behind another (the holder
+    /// may be anyone: a task ahead, a thread, another process).
+    fn holder(&self, sp: &Space<S>) -> Option<Waiting> {
+        let Ok(Seen::Owned { dir, meta, owner }) = sp.observe(&self.target.name) else {
+            return None;
+        };
+        Some(Waiting {
+            resource: self.target.resource.clone(),
+            lock: self.target.path.clone(),
+            judgement: sp.judge(&dir, &owner, &self.me),
+            owner,
+            since: meta.mtime,
+        })
+    }
+
     /// A task's place in its runtime's queue for the lock, once it is at the head (`None`
     /// for a thread, or a task that does not wait). A task that has to queue is told
     /// (`on_wait`) who holds the lock, and a timeout names it.
@@ -346,22 +361,10 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
             return Ok(Some(place));
         }
         let sp = self.site.space(&dir);
-        let holder = || match sp.observe(&t.name) {
-            Ok(Seen::Owned { dir, meta, owner }) => {
-                let judgement = sp.judge(&dir, &owner, &self.me);
-                Some((owner, judgement, meta.mtime))
-            }
-            _ => None,
-        };
-        if let (Some(f), Some((owner, judgement, since))) = (&self.options.on_wait, holder()) {
+        // (Only when asked: each look is a probe of the holder's lock that others step past.)
+        if let Some((f, waiting)) = self.options.on_wait.as_ref().zip(self.holder(&sp)) {
             *told = true;
-            f(&Waiting {
-                resource: t.resource.clone(),
-                lock: t.path.clone(),
-                owner,
-                judgement,
-                since,
-            });
+            f(&waiting);
         }
         let left = match self.options.wait {
             Wait::Timeout(d) => Some(d.saturating_sub(sp.sys.monotonic() - self.started)),
@@ -374,7 +377,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
                 lock: t.path.clone(),
                 resource: t.resource.clone(),
                 waited: sp.sys.monotonic().saturating_sub(self.started),
-                owner: holder().map(|(owner, ..)| Box::new(owner)),
+                owner: self.holder(&sp).map(|w| Box::new(w.owner)),
             }),
             Bounded::Cancelled => Err(Error::Cancelled {
                 lock: t.path.clone(),

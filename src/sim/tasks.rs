@@ -5,7 +5,8 @@
 //!
 //! A process with tasks runs them on its own thread: it polls each task that was woken, and
 //! when none is, it sleeps (a scheduling point) until the first sleeping task's timeout or
-//! its watch fires. Checked besides I1 to I9: a task whose acquisition is dropped leaves
+//! its watch fires; then it polls them all (a runtime may poll a future for nothing), each
+//! poll with a waker of its own, of which only the last one wakes the task. Checked besides I1 to I9: a task whose acquisition is dropped leaves
 //! nothing behind (no candidate, no lock), and only one task of a process contends for the
 //! lock at a time (the head of its queue).
 
@@ -16,9 +17,9 @@ use crate::held::{Family, Who};
 use std::cell::{Cell, RefCell};
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Weak;
-use std::task::{Context, Poll, Wake as _, Waker};
+use std::task::{Context, Poll, Waker};
 
 /// Where a simulated process takes its lock: the lock directory, made again when a cleaner
 /// removed it. (The in-process refusals are the real process's, not simulated.)
@@ -83,12 +84,26 @@ pub(crate) struct SimRuntime<'a> {
     wakers: Vec<Arc<Flag>>,
 }
 
-/// A task's waker: whether it was woken since it was last polled.
-struct Flag(AtomicBool);
+/// A task: whether it was woken since it was last polled, and how many times it was polled.
+#[derive(Default)]
+struct Flag {
+    woken: AtomicBool,
+    polls: AtomicU64,
+}
 
-impl std::task::Wake for Flag {
+/// The waker of one poll of a task. Only the last poll's wakes the task: a future must wake
+/// the waker it was last polled with (the one before may be another task's, had the future
+/// moved), so one that keeps an older waker is seen to lose its wake-up.
+struct PollWaker {
+    task: Arc<Flag>,
+    poll: u64,
+}
+
+impl std::task::Wake for PollWaker {
     fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
+        if self.task.polls.load(Ordering::SeqCst) == self.poll {
+            self.task.woken.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -165,7 +180,7 @@ impl SimRuntime<'_> {
                 } else {
                     Wake::TimedOut
                 });
-                self.wakers[s.task].wake_by_ref();
+                self.wakers[s.task].woken.store(true, Ordering::SeqCst);
             }
         }
     }
@@ -240,7 +255,11 @@ pub(crate) fn tasks(sys: &SimSys, n: u8, wait: Wait, grace: Duration, cancel: Op
         sleepers: RefCell::new(Vec::new()),
         queues: RefCell::new(HashMap::new()),
         wakers: (0..n)
-            .map(|_| Arc::new(Flag(AtomicBool::new(true))))
+            .map(|_| {
+                let flag = Flag::default();
+                flag.woken.store(true, Ordering::SeqCst);
+                Arc::new(flag)
+            })
             .collect(),
     };
     let acquiring: Vec<Cell<bool>> = (0..n).map(|_| Cell::new(true)).collect();
@@ -255,12 +274,14 @@ pub(crate) fn tasks(sys: &SimSys, n: u8, wait: Wait, grace: Duration, cancel: Op
     loop {
         let mut polled = false;
         for i in 0..n as usize {
-            if futures[i].is_none() || !rt.wakers[i].0.swap(false, Ordering::SeqCst) {
+            if futures[i].is_none() || !rt.wakers[i].woken.swap(false, Ordering::SeqCst) {
                 continue;
             }
             polled = true;
             sys.task.set(i);
-            let waker = Waker::from(rt.wakers[i].clone());
+            let poll = rt.wakers[i].polls.fetch_add(1, Ordering::SeqCst) + 1;
+            let task = rt.wakers[i].clone();
+            let waker = Waker::from(Arc::new(PollWaker { task, poll }));
             let fut = futures[i].as_mut().expect("checked");
             if fut
                 .as_mut()
@@ -287,6 +308,11 @@ pub(crate) fn tasks(sys: &SimSys, n: u8, wait: Wait, grace: Duration, cancel: Op
                 .world
                 .yield_point(sys.slot, Status::Sleeping { until, watch });
             rt.fire(&st, watch);
+            // And every other task is polled too, for nothing, as a runtime may: a future
+            // must cope, and must wake the waker of its last poll.
+            for flag in &rt.wakers {
+                flag.woken.store(true, Ordering::SeqCst);
+            }
         }
     }
 }

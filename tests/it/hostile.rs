@@ -224,6 +224,33 @@ fn a_guard_owned_by_another_user_is_refused() {
     assert!(g.exists());
 }
 
+/// A reclaim guard others can write (another program's, made under umask 002) is refused by
+/// an acquisition and shown so by `status`: the lock cannot be taken, though its owner is gone.
+#[test]
+fn a_writable_guard_is_refused_and_status_says_the_lock_cannot_be_taken() {
+    let fx = Fixture::new();
+    plant(
+        fx.dir(),
+        "x.lock",
+        &format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid()),
+        Duration::from_secs(120),
+    );
+    let g = private_dir(&fx.dir().join("x.lock.reclaim"));
+    std::fs::set_permissions(&g, std::os::unix::fs::PermissionsExt::from_mode(0o775)).unwrap();
+    let status = fx.locks.named_lock("x.lock").status().unwrap();
+    match &status.guard {
+        dirlock::GuardState::Unsafe { path, problem } => {
+            assert_eq!(path, &g);
+            assert!(problem.contains("mode 775"), "{problem}");
+        }
+        other => panic!("expected an unsafe guard, got {other:?}"),
+    }
+    assert!(!status.takeable(), "{status:?}");
+    let err = fx.locks.named_lock("x.lock").acquire().unwrap_err();
+    assert!(matches!(err, Error::Unsafe { .. }), "{err}");
+    assert!(g.exists());
+}
+
 #[test]
 fn sweep_never_follows_a_symlinked_tombstone() {
     let fx = Fixture::new();

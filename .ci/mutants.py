@@ -424,7 +424,7 @@ MUTANTS = [
      'async', 'edges::queued_tasks_with_a_cancel_hold_no_descriptor_each'),
     ('async-wait-fails-out-of-descriptors', 'src/sys/unix/wait_async.rs',
      '                Err(_) => unregistered = true,',
-     '                Err(e) => return Err(e),',
+     '                Err(e) => panic!("out of descriptors: {e}"),',
      'async', 'edges::out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does'),
     ('forked-child-shares-its-parents-state', 'src/sys/per_process.rs',
      '                if slot.process == process {',

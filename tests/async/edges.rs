@@ -371,7 +371,7 @@ fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
         cmd.args([
             "--ignored",
             "--exact",
-            "tasks::spare_descriptors_worker",
+            "edges::spare_descriptors_worker",
             "--nocapture",
         ])
         .env(SPARE_DIR, &dir)
@@ -385,10 +385,13 @@ fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
         std::fs::write(&until, "").unwrap();
         holder.finish();
         let out = worker.output();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-        )
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        // A worker that ran nothing (its name mistyped) would pass as one that got the lock.
+        assert!(
+            said.contains("got it") || said.contains("failed:"),
+            "the worker said {said:?}"
+        );
+        (out.status.success(), said)
     };
     let mut both = 0;
     for spare in 1..=9 {

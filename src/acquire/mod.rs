@@ -269,10 +269,10 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
     /// As [`LockRequest::acquire`](crate::LockRequest::acquire).
     pub(crate) async fn run(&self, z: &impl Sleep<S>) -> Result<Acquired<S>, Error> {
         let mut told = false;
-        let turn = self.queue_up(z, &mut told).await?;
+        let (mut dir, mut dir_id) = self.site.open()?;
+        let turn = self.queue_up(&dir, dir_id, z, &mut told).await?;
         let mut retry = Retry::new();
         loop {
-            let (dir, dir_id) = self.site.open()?;
             self.site.refusals(&dir, dir_id, &self.target, self.who)?;
             let won = self.contend(&dir, z, told).await;
             match won {
@@ -284,7 +284,10 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
                         turn,
                     })
                 }
-                Err(e) if retry.again(self.site.sys(), &e, &dir) => {}
+                // (Also where a task waited its turn in a directory removed meanwhile.)
+                Err(e) if retry.again(self.site.sys(), &e, &dir) => {
+                    (dir, dir_id) = self.site.open()?;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -337,16 +340,21 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
     /// A task's place in its runtime's queue for the lock, once it is at the head (`None`
     /// for a thread, or a task that does not wait). A task that has to queue is told
     /// (`on_wait`) who holds the lock, and a timeout names it.
-    async fn queue_up(&self, z: &impl Sleep<S>, told: &mut bool) -> Result<Option<Place>, Error> {
+    async fn queue_up(
+        &self,
+        dir: &S::Dir,
+        dir_id: FileId,
+        z: &impl Sleep<S>,
+        told: &mut bool,
+    ) -> Result<Option<Place>, Error> {
         let t = &self.target;
-        let (dir, dir_id) = self.site.open()?;
         let Some(queue) = z.queue(dir_id, &t.name) else {
             return Ok(None);
         };
         // Before queueing: a task that holds the lock would wait behind itself; nor behind
         // (or, failing fast, past) a future of this task that is in the queue, waiting or
         // holding: it would wait for us, or we for it.
-        self.site.refusals(&dir, dir_id, t, self.who)?;
+        self.site.refusals(dir, dir_id, t, self.who)?;
         if queue.has(self.who) {
             return Err(Error::AlreadyHeld {
                 lock: t.path.clone(),
@@ -360,7 +368,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         if place.first() {
             return Ok(Some(place));
         }
-        let sp = self.site.space(&dir);
+        let sp = self.site.space(dir);
         // (Only when asked: each look is a probe of the holder's lock that others step past.)
         if let Some((f, waiting)) = self.options.on_wait.as_ref().zip(self.holder(&sp)) {
             *told = true;

@@ -79,6 +79,21 @@ impl SimWatch {
         }
     }
 
+    /// When a sleep on `watch` for at most `timeout`, from `now`, ends (`None`: only when
+    /// woken), and whether that end is a look again's ([`SimWatch::recheck`]), not the
+    /// caller's deadline.
+    pub(crate) fn sleep_until(
+        watch: Option<&SimWatch>,
+        timeout: Option<Duration>,
+        now: Duration,
+    ) -> (Option<Duration>, bool) {
+        let recheck = watch
+            .filter(|w| w.recheck)
+            .map(|_| SimWatch::RECHECK)
+            .filter(|r| timeout.is_none_or(|t| t > *r));
+        (recheck.or(timeout).map(|t| now + t), recheck.is_some())
+    }
+
     /// Whether what it watches has happened.
     pub(crate) fn fired(&self, st: &State) -> bool {
         st.inodes

@@ -554,14 +554,7 @@ impl System for SimSys {
         timeout: Option<Duration>,
         _cancel: Option<&CancelHandle>,
     ) -> io::Result<Wake> {
-        let (until, capped) = {
-            let st = self.world.lock();
-            let recheck = watch
-                .filter(|w| w.recheck)
-                .map(|_| SimWatch::RECHECK)
-                .filter(|r| timeout.is_none_or(|t| t > *r));
-            (recheck.or(timeout).map(|t| st.mono + t), recheck.is_some())
-        };
+        let (until, capped) = SimWatch::sleep_until(watch, timeout, self.world.lock().mono);
         let st = self.world.yield_point(
             self.slot,
             Status::Sleeping {

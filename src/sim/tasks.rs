@@ -198,13 +198,8 @@ impl Sleep<SimSys> for SimRuntime<'_> {
         timeout: Option<Duration>,
         _: Option<&CancelHandle>,
     ) -> io::Result<Wake> {
-        let recheck = watch
-            .filter(|w| w.recheck)
-            .map(|_| SimWatch::RECHECK)
-            .filter(|r| timeout.is_none_or(|t| t > *r));
-        let now = sys.monotonic();
-        let until = recheck.or(timeout).map(|t| now + t);
-        self.register(until, watch.copied(), recheck.is_some());
+        let (until, capped) = SimWatch::sleep_until(watch, timeout, sys.monotonic());
+        self.register(until, watch.copied(), capped);
         Ok(poll_fn(|_| self.woke().map_or(Poll::Pending, Poll::Ready)).await)
     }
 

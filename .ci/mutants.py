@@ -344,7 +344,7 @@ MUTANTS = [
     ('sim-tasks-not-queued', 'src/acquire/queue.rs',
      'Some(0) | None => Poll::Ready(()),',
      'Some(_) | None => Poll::Ready(()),',
-     'lib', 'sim::tests::random_schedules_of_tasks_and_processes'),
+     'lib', 'sim::tests::tasks_beside_a_worker_exhaustively_within_bounds'),
     ('sim-queue-keeps-a-stale-waker', 'src/acquire/queue.rs',
      '                    line[i].1 = Some(cx.waker().clone());',
      '                    if line[i].1.is_none() { line[i].1 = Some(cx.waker().clone()); }',

@@ -1,7 +1,7 @@
 //! The held lock: an RAII guard with an explicit, fallible [`LockGuard::release`].
 
 use crate::acquire::queue::Place;
-use crate::acquire::{Acquired, Acquisition};
+use crate::acquire::{keeper, Acquired, Acquisition};
 use crate::error::Error;
 use crate::held::{held_line, register, unregister, HELD_VAR};
 use crate::lockdir::LockDir;
@@ -32,6 +32,8 @@ pub struct LockGuard {
     /// An asynchronous acquisition's place at the head of its runtime's queue of tasks for
     /// the lock: let go (to the next task) once the lock is released, when the guard goes.
     turn: Option<Place>,
+    /// A shared lock's: its place in this process's keeper.
+    kept: Option<u64>,
 }
 
 impl LockGuard {
@@ -47,7 +49,17 @@ impl LockGuard {
             &path,
             acquisition.who,
         );
+        let kept = held.entry.as_ref().map(|_| {
+            keeper::keep(
+                lock_dir.clone(),
+                won.dir.clone(),
+                &held.name,
+                held.id,
+                &held.owner,
+            )
+        });
         LockGuard {
+            kept,
             acquirer: held.owner.pid,
             held: Some(held),
             lock_dir,
@@ -76,6 +88,15 @@ impl LockGuard {
         &self.held().owner
     }
 
+    /// Whether the lock is held shared (a read lock, taken with [`LockRequest::shared`]), with
+    /// other readers perhaps; `false` for an exclusive one. A shared request on a filesystem
+    /// without `flock` (some network and FUSE mounts) takes the lock exclusively.
+    ///
+    /// [`LockRequest::shared`]: crate::LockRequest::shared
+    pub fn is_shared(&self) -> bool {
+        self.held().entry.is_some()
+    }
+
     /// When this acquisition reclaimed a dead owner's lock, that owner's record: the work it
     /// was doing was interrupted and may need repair.
     pub fn reclaimed_from(&self) -> Option<&Owner> {
@@ -102,7 +123,11 @@ impl LockGuard {
     /// As [`LockGuard::name_in`] (`cmd` is then left as it was).
     pub fn keep_alive_in(&self, cmd: &mut std::process::Command) -> Result<(), Error> {
         self.name_in(cmd)?;
-        crate::sys::keep_open_in_child(cmd, &self.held().beacon);
+        let held = self.held();
+        crate::sys::keep_open_in_child(cmd, &held.beacon);
+        if let Some(entry) = &held.entry {
+            crate::sys::keep_open_in_child(cmd, &entry.dir);
+        }
         Ok(())
     }
 
@@ -191,6 +216,9 @@ impl LockGuard {
             return Ok(());
         };
         unregister(self.serial);
+        if let Some(serial) = self.kept.take() {
+            keeper::forget(serial);
+        }
         let sp = self.lock_dir.space(&self.dir);
         let released = protocol::release(&sp, held, &self.resource, self.acquirer);
         drop(self.turn.take()); // the next task's turn, once the lock is free

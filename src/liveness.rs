@@ -84,7 +84,7 @@ pub struct Judgement {
 }
 
 impl Judgement {
-    fn new(liveness: Liveness, reason: impl Into<String>) -> Judgement {
+    pub(crate) fn new(liveness: Liveness, reason: impl Into<String>) -> Judgement {
         Judgement {
             liveness,
             reason: reason.into(),

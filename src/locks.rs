@@ -265,6 +265,22 @@ impl Locks {
         self.repository_lock(root).run(f)
     }
 
+    /// Runs `f` holding the repository lock for `root` shared (a read lock, see
+    /// [`LockRequest::shared`]), with any other readers, then releases it; it fails fast while
+    /// a writer holds the lock or waits for it. For a named lock or any path, the same reads
+    /// `locks.named_lock(name).shared().run(f)` and `locks.path_lock(path).shared().run(f)`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub fn with_repository_read_lock<T, E, F>(&self, root: impl AsRef<Path>, f: F) -> Result<T, E>
+    where
+        F: FnOnce() -> Result<T, E>,
+        E: From<Error>,
+    {
+        self.repository_lock(root).shared().run(f)
+    }
+
     /// Runs `f` holding the global setup lock for `home`, waiting while another process does
     /// setup, then releases it.
     ///
@@ -320,6 +336,24 @@ impl Locks {
         E: From<Error>,
     {
         self.repository_lock(root).run_async(f).await
+    }
+
+    /// [`Locks::with_repository_read_lock`] for async code (feature `tokio`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Locks::with_repository_lock`].
+    pub async fn with_repository_read_lock_async<T, E, F, Fut>(
+        &self,
+        root: impl AsRef<Path>,
+        f: F,
+    ) -> Result<T, E>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
+    {
+        self.repository_lock(root).shared().run_async(f).await
     }
 
     /// [`Locks::with_global_setup_lock`] for async code: waits, without holding a thread,

@@ -95,6 +95,8 @@ pub(crate) struct Options {
     pub purpose: Option<String>,
     pub cancel: Option<Cancel>,
     pub on_wait: Option<OnWait>,
+    /// A shared (read) lock rather than an exclusive one.
+    pub shared: bool,
 }
 
 impl std::fmt::Debug for Options {
@@ -106,6 +108,7 @@ impl std::fmt::Debug for Options {
             .field("purpose", &self.purpose)
             .field("cancel", &self.cancel)
             .field("on_wait", &self.on_wait.is_some())
+            .field("shared", &self.shared)
             .finish()
     }
 }
@@ -119,6 +122,7 @@ impl Options {
             purpose: None,
             cancel: None,
             on_wait: None,
+            shared: false,
         }
     }
 }

@@ -51,6 +51,12 @@ pub struct Owner {
     /// beside WSL) and see nothing of each other's locks and processes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub os: Option<String>,
+    /// Whether the lock is shared: held by readers, each with an entry of its own inside the
+    /// lock, each holding a shared `flock` on the lock directory while it reads. The record
+    /// then names one live reader (for programs that know only exclusive locks, which judge
+    /// it by its pid), and no reader holding that `flock` proves them all gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<bool>,
 }
 
 impl Owner {
@@ -68,6 +74,7 @@ impl Owner {
             purpose: None,
             writer: None,
             os: None,
+            shared: None,
         }
     }
 
@@ -78,9 +85,15 @@ impl Owner {
             .and_then(|ms| UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
     }
 
-    /// Whether the record says the holder keeps a beacon `flock`.
+    /// Whether the record says the holder keeps a beacon `flock`: an exclusive one, or, for
+    /// a shared lock, its readers' shared ones.
     pub fn has_beacon(&self) -> bool {
-        self.beacon == Some(true)
+        self.beacon == Some(true) || self.is_shared()
+    }
+
+    /// Whether the record is a shared lock's (see [`Owner::shared`]).
+    pub fn is_shared(&self) -> bool {
+        self.shared == Some(true)
     }
 
     /// Parses a record.

@@ -152,6 +152,44 @@ pub(crate) fn tombstone_for(lock: &str, token: &str, fresh: impl FnOnce() -> Str
     }
 }
 
+/// Inside a shared lock, a reader's entry: `reader.<token>`, a directory holding the reader's
+/// own record, on which the reader holds an exclusive `flock` while it reads.
+pub(crate) const READER: &str = "reader.";
+/// Inside a shared lock, a writer's entry while it waits for the readers: `writer.<token>`,
+/// made like a reader's. New readers do not come in while a live one is there.
+pub(crate) const WRITER: &str = "writer.";
+
+/// What an entry inside a shared lock is, by its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Inside {
+    /// The record, `owner.json`.
+    Record,
+    /// A reader's entry, with its token.
+    Reader(String),
+    /// A waiting writer's entry, with its token.
+    Writer(String),
+    /// Anything else: a record being rewritten (`owner.json.<token>`), or not ours.
+    Other,
+}
+
+/// Classifies an entry inside a shared lock by its name.
+pub(crate) fn classify_inside(entry: &str) -> Inside {
+    if entry == OWNER_FILE {
+        Inside::Record
+    } else if let Some(t) = entry.strip_prefix(READER).filter(|t| safe_token(t)) {
+        Inside::Reader(t.to_owned())
+    } else if let Some(t) = entry.strip_prefix(WRITER).filter(|t| safe_token(t)) {
+        Inside::Writer(t.to_owned())
+    } else {
+        Inside::Other
+    }
+}
+
+/// `owner.json.<token>`: a shared lock's record being rewritten, then renamed over the old.
+pub(crate) fn record_draft(token: &str) -> String {
+    format!("{OWNER_FILE}.{token}")
+}
+
 /// `NAME.reclaim`.
 pub(crate) fn guard_name(lock: &str) -> String {
     format!("{lock}{RECLAIM}")

@@ -105,7 +105,7 @@ enum Staged<D> {
 /// rename, the guard is a file made in place (see [`make_guard_in_place`]).
 fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Option<S::Dir>, Error> {
     let staging = candidate_name(name, &sp.sys.token());
-    let guard = make_candidate(sp, &staging)?.dir;
+    let guard = make_candidate(sp, &staging, true)?.dir;
     let result = mark(sp, &guard, &staging).and_then(|()| {
         match sp.sys.rename_exclusive(sp.dir, &staging, gname) {
             Ok(()) => Ok(Staged::Placed(guard)),
@@ -142,7 +142,7 @@ fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S
         // The group's members must be able to open it (to lock it, and to see it busy).
         let _ = sp.sys.set_mode(&guard, 0o640);
     }
-    if lock_past_peekers(sp, &guard, gname, "lock the reclaim guard")? == Some(false) {
+    if lock_past_peekers(sp, &guard, gname, true, "lock the reclaim guard")? == Some(false) {
         return Ok(None);
     }
     let mine = match sp.sys.meta(&guard) {
@@ -206,7 +206,7 @@ fn take_left_guard<S: System>(
                 .into(),
         });
     }
-    let flocked = match lock_past_peekers(sp, &guard, gname, "lock the reclaim guard")? {
+    let flocked = match lock_past_peekers(sp, &guard, gname, true, "lock the reclaim guard")? {
         Some(true) => true,
         Some(false) => return Ok(Err(Reclaim::Busy { remaining: None })),
         None => false,
@@ -241,7 +241,14 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
     // forced removal, its exclusive flock) until it is a tombstone.
     let (held, id) = match expect {
         Expect::Token(token) => match sp.observe(name)? {
-            Seen::Owned { dir, meta, owner } if owner.token == token => (Some(dir), meta.id),
+            // A shared lock's readers stay out while we hold its exclusive `flock`, from this
+            // check to the tombstone; not granted, a reader came in: it lives again.
+            Seen::Owned { dir, meta, owner }
+                if owner.token == token
+                    && (!owner.is_shared() || sp.sys.try_lock(&dir, true).unwrap_or(false)) =>
+            {
+                (Some(dir), meta.id)
+            }
             _ => return Ok(Reclaim::Changed),
         },
         Expect::Dir(id) => {

@@ -82,6 +82,34 @@ impl LockRequest {
         self
     }
 
+    /// A shared (read) lock instead of an exclusive one: any number of readers hold it
+    /// together, while an exclusive request of the same lock (a writer) holds it alone. A
+    /// writer that waits keeps new readers out until it has had its turn; it waits only for
+    /// the readers already in. A reader killed however it dies is out at once (the kernel
+    /// proves it). In one thread (or task), a lock it holds, shared or not, is refused again
+    /// at once ([`Error::AlreadyHeld`]), shared or not: a read inside a read could wait behind
+    /// a writer that waits for the outer read. Where the filesystem has no `flock` (some
+    /// network and FUSE mounts), a shared request takes the lock exclusively
+    /// ([`LockGuard::is_shared`] says which). How it is kept on disk, and how programs that
+    /// know only exclusive locks see it: [`internals`](crate::internals#shared-locks).
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// # let locks = dirlock::Locks::in_dir(tmp.path().join("locks"))?;
+    /// let a = locks.named_lock("index").shared().acquire()?;
+    /// // Another reader (in another thread: this one holds the lock already) comes in too.
+    /// let b = std::thread::scope(|s| s.spawn(|| locks.named_lock("index").shared().acquire()).join())
+    ///     .unwrap()?;
+    /// assert!(a.is_shared() && b.is_shared());
+    /// // A writer fails fast while they read.
+    /// assert!(std::thread::scope(|s| s.spawn(|| locks.named_lock("index").acquire()).join()).unwrap().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shared(mut self) -> Self {
+        self.options.shared = true;
+        self
+    }
+
     /// A purpose recorded in the owner record and shown to contenders (e.g. `"sync"`).
     pub fn purpose(mut self, purpose: impl Into<String>) -> Self {
         self.options.purpose = Some(purpose.into());

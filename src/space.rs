@@ -252,7 +252,11 @@ impl<S: System> Space<'_, S> {
 
     /// Judges the owner of an observed lock.
     pub fn judge(&self, dir: &S::Dir, owner: &Owner, me: &Identity) -> Judgement {
-        let mut probe = LiveProbe { sys: self.sys, dir };
+        let mut probe = LiveProbe {
+            sys: self.sys,
+            dir,
+            readers: owner.is_shared(),
+        };
         judge(owner, me, &mut probe)
     }
 }
@@ -297,11 +301,28 @@ pub(crate) fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Guard<
 struct LiveProbe<'a, S: System> {
     sys: &'a S,
     dir: &'a S::Dir,
+    /// A shared lock's: its beacon is its readers' shared `flock`s.
+    readers: bool,
+}
+
+/// Whether nobody holds the beacon of `dir`. An exclusive holder's is probed with a shared
+/// `flock`, which is kept (it conflicts only with an exclusive one, which nobody takes on a
+/// beacon let go); a shared lock's (`readers`) with an exclusive one, let go at once, since it
+/// would keep readers out.
+pub(crate) fn beacon_free<S: System>(sys: &S, dir: &S::Dir, readers: bool) -> io::Result<bool> {
+    if !readers {
+        return sys.try_lock(dir, false);
+    }
+    let free = sys.try_lock(dir, true)?;
+    if free {
+        sys.unlock(dir)?;
+    }
+    Ok(free)
 }
 
 impl<S: System> Probe for LiveProbe<'_, S> {
     fn beacon_free(&mut self) -> Option<bool> {
-        self.sys.try_lock(self.dir, false).ok()
+        beacon_free(self.sys, self.dir, self.readers).ok()
     }
     fn process_alive(&mut self, pid: u32) -> Option<bool> {
         self.sys.process_alive(pid)
@@ -344,8 +365,13 @@ pub(crate) struct Fresh<D> {
 }
 
 /// Makes candidate directory `name` (a lock's, or a reclaim guard's being staged), opens it,
-/// gives it mode exactly 0700 and takes its exclusive `flock`. On failure it is removed.
-pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fresh<S::Dir>, Error> {
+/// gives it mode exactly 0700 and takes its `flock`: exclusive, or, for a shared lock's first
+/// reader, shared (`exclusive: false`). On failure it is removed.
+pub(crate) fn make_candidate<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    exclusive: bool,
+) -> Result<Fresh<S::Dir>, Error> {
     sp.sys.mkdir_at(sp.dir, name).map_err(|e| {
         // The first thing an acquisition makes: a read-only filesystem or a directory we may
         // not write fails here, and the user reads of the lock they asked for.
@@ -373,7 +399,7 @@ pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fre
                 .set_mode(&dir, sp.dir_mode())
                 .map_err(|e| sp.io("set the mode of the candidate directory", name, e))?;
         }
-        let flocked = lock_fresh(sp, &dir, name)?;
+        let flocked = lock_fresh(sp, &dir, name, exclusive)?;
         Ok(Fresh {
             dir,
             meta,
@@ -387,15 +413,16 @@ pub(crate) fn make_candidate<S: System>(sp: &Space<S>, name: &str) -> Result<Fre
     result
 }
 
-/// Takes the exclusive `flock` of a directory we just made. Nobody contends for it, but an
-/// observer (status, sweep) may be peeking at it with a shared one for an instant: retried.
-/// `Ok(false)` where the filesystem has no `flock` (the lock then works, judged by pid).
+/// Takes the `flock` of a directory we just made. Nobody contends for it, but an observer
+/// (status, sweep) may be peeking at it for an instant: retried. `Ok(false)` where the
+/// filesystem has no `flock` (the lock then works, judged by pid).
 pub(crate) fn lock_fresh<S: System>(
     sp: &Space<S>,
     dir: &S::Dir,
     name: &str,
+    exclusive: bool,
 ) -> Result<bool, Error> {
-    match lock_past_peekers(sp, dir, name, "lock the candidate directory")? {
+    match lock_past_peekers(sp, dir, name, exclusive, "lock the candidate directory")? {
         Some(true) => Ok(true),
         None => Ok(false),
         Some(false) => Err(sp.io(
@@ -409,19 +436,21 @@ pub(crate) fn lock_fresh<S: System>(
     }
 }
 
-/// Takes the exclusive `flock` of `dir` (entry `name`), retrying (with backoff) past observers
-/// that peek at it with a shared one for an instant (status, sweep): `Some(true)` taken,
-/// `Some(false)` still held by someone, `None` where the filesystem has no `flock`. `op` names
-/// the taking in an error.
+/// Takes the `flock` of `dir` (entry `name`), exclusive or shared, retrying (with backoff)
+/// past observers that hold a conflicting one for an instant (status and sweep peek at an
+/// exclusive lock with a shared one, at a shared lock with an exclusive one): `Some(true)`
+/// taken, `Some(false)` still held by someone, `None` where the filesystem has no `flock`.
+/// `op` names the taking in an error.
 pub(crate) fn lock_past_peekers<S: System>(
     sp: &Space<S>,
     dir: &S::Dir,
     name: &str,
+    exclusive: bool,
     op: &'static str,
 ) -> Result<Option<bool>, Error> {
     let mut pause = Backoff::new(Duration::from_micros(100), Duration::from_millis(10));
     for _ in 0..PEEK_RETRIES {
-        match sp.sys.try_lock(dir, true) {
+        match sp.sys.try_lock(dir, exclusive) {
             Ok(true) => return Ok(Some(true)),
             Ok(false) => {
                 let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
@@ -511,7 +540,7 @@ pub(crate) fn creator<S: System>(
         Some(owner) if !owner.has_beacon() => return by_record(owner),
         _ => {}
     }
-    match sp.sys.try_lock(dir, false) {
+    match beacon_free(sp.sys, dir, record.is_some_and(Owner::is_shared)) {
         Ok(true) => Creator::Gone,
         Ok(false) => Creator::Alive("the run that made it is still running".into()),
         // No flock here after all: judge by the record, if there is one yet.

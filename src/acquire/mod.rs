@@ -6,6 +6,7 @@
 //! tokio runtime's ([`runtime`]), or a simulated runtime's tasks (the simulation's). A blocking
 //! acquisition is the same future, run by [`now`]: its sleeps never yield.
 
+pub(crate) mod keeper;
 mod patience;
 pub(crate) mod queue;
 #[cfg(feature = "tokio")]
@@ -164,8 +165,19 @@ impl Site<Real> for Arc<LockDir> {
         // An ancestor said it runs us under this lock: if that very acquisition still holds
         // it, waiting would wait for ourselves. (A line without a token, from a version
         // before them, says only its pid.)
-        if let Seen::Owned { owner, .. } = self.space(dir).observe(name)? {
+        if let Seen::Owned {
+            owner, dir: lock, ..
+        } = self.space(dir).observe(name)?
+        {
+            // A shared lock's record names one of its readers: theirs is their entry.
+            let reads = |t: &str| {
+                crate::paths::safe_token(t)
+                    && Real
+                        .meta_at(&lock, &format!("{}{t}", crate::paths::READER))
+                        .is_ok()
+            };
             let theirs = |(pid, token): &&(u32, Option<String>)| match token {
+                Some(t) if owner.is_shared() => reads(t),
                 Some(t) => *t == owner.token,
                 None => *pid == owner.pid,
             };

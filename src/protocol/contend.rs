@@ -3,6 +3,7 @@
 //! [`Contender`], which keeps the candidate, the deadline and what the acquisition has seen;
 //! the driver ([`crate::acquire`]) runs its rounds and does the sleeping.
 
+use super::shared::{self, Entry, Join};
 use super::stage::{
     publish, refresh, restage, stage, unstage, Publish, Request, Staged, REFRESH_AFTER,
 };
@@ -13,7 +14,7 @@ use crate::options::{grace_left, Ages, Backoff, Wait};
 use crate::owner::Owner;
 use crate::paths::guard_name;
 use crate::reclaim::{reclaim, Expect, Reclaim};
-use crate::space::{not_found, Seen, Space};
+use crate::space::{beacon_free, not_found, Seen, Space};
 use crate::sys::{FileId, Identity, Meta, System};
 use std::time::Duration;
 
@@ -33,6 +34,11 @@ pub(crate) enum Evidence {
     Beacon(Option<u32>),
     /// The holder's pid (a pid-judged holder: no beacon).
     Pid(u32),
+    /// A shared lock's readers: their shared `flock`s on the lock directory.
+    Readers,
+    /// A writer waiting for a shared lock's readers (its entry's `flock`), which a reader lets
+    /// go first.
+    Writer,
     /// Nothing but the directory (an owner that cannot be judged from here, or a dead one
     /// waited out for the grace period).
     Nothing,
@@ -43,6 +49,7 @@ impl Evidence {
     fn watched(self) -> (Option<u32>, bool) {
         match self {
             Evidence::Beacon(pid) => (pid, true),
+            Evidence::Readers | Evidence::Writer => (None, true),
             Evidence::Pid(pid) => (Some(pid), false),
             Evidence::Nothing => (None, false),
         }
@@ -54,6 +61,7 @@ impl Evidence {
     /// mean nothing here, and re-probing them would spin.
     fn of(owner: &Owner, liveness: Liveness) -> Evidence {
         match liveness {
+            Liveness::Live if owner.is_shared() => Evidence::Readers,
             Liveness::Live if owner.has_beacon() => Evidence::Beacon(Some(owner.pid)),
             Liveness::Live => Evidence::Pid(owner.pid),
             _ => Evidence::Nothing,
@@ -117,15 +125,26 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     ages: Ages,
     /// The dead owner this contender reclaimed the lock from, if it did.
     reclaimed_from: Option<Owner>,
+    /// A reader: the shared lock it joined (instead of publishing its candidate).
+    joined: Option<Held<S>>,
+    /// A reader: the entry of the writer it lets go first, while that writer waits.
+    behind: Option<(S::Dir, FileId)>,
+    /// A writer: its entry in the shared lock whose readers it waits for (that lock's
+    /// directory, and its identity), which keeps new readers out.
+    intent: Option<(S::Dir, FileId, Entry<S>)>,
 }
 
 impl<S: System> Drop for Contender<'_, '_, S> {
     fn drop(&mut self) {
         // Also while a panic unwinds (in `on_wait`, or past a dropped future), but not in a
         // simulated crash: nothing is done for a crashed process.
-        if let (Some(c), false) = (self.c.take(), self.sp.sys.crashed()) {
+        if self.sp.sys.crashed() {
+            return;
+        }
+        if let Some(c) = self.c.take() {
             unstage(self.sp, c);
         }
+        self.withdraw();
     }
 }
 
@@ -160,6 +179,9 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(100)),
             ages: Ages::default(),
             reclaimed_from: None,
+            joined: None,
+            behind: None,
+            intent: None,
         })
     }
 
@@ -174,27 +196,44 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             .expect("a contender holds its candidate until it wins")
     }
 
-    /// The lock this contender won ([`Next::Won`]).
+    /// The lock this contender won ([`Next::Won`]): published, or joined (a reader).
     pub(crate) fn won(mut self) -> Held<S> {
         let c = self
             .c
             .take()
             .expect("a contender holds its candidate until it wins");
+        if let Some(held) = self.joined.take() {
+            unstage(self.sp, c);
+            return held;
+        }
         drop(c.last_watch);
-        Held {
+        let held = Held {
             name: self.req.name.to_owned(),
             owner: c.owner,
             beacon: c.dir,
             id: c.id,
             reclaimed_from: self.reclaimed_from.take(),
             last_seen: c.last_seen,
+            entry: c.entry,
+        };
+        self.withdraw();
+        held
+    }
+
+    /// A writer that waited for readers takes its entry out of their lock (it won, or it
+    /// gives up, or it waits for another lock now): readers come in again.
+    fn withdraw(&mut self) {
+        if let Some((lock, _, entry)) = self.intent.take() {
+            shared::remove_entry(self.sp.sys, &lock, entry);
         }
     }
 
     /// After a [`Next::Wait`]: keeps what a wait for a holder keeps until our publish is
     /// done, its `watch` and the directory it watched.
     pub(crate) fn waited(&mut self, w: Waiting<S>, watch: Option<S::Watch>) {
-        if w.keep {
+        if w.evidence == Evidence::Writer {
+            self.behind = Some((w.dir, w.id));
+        } else if w.keep {
             let c = self.staged();
             c.last_watch = watch;
             c.last_seen = Some(w.dir);
@@ -216,15 +255,20 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
     /// directory waited on, or the evidence its holder's life rests on is gone.
     pub(crate) fn changed(&self, w: &Waiting<S>) -> bool {
         let sp = self.sp;
+        let free = |readers| beacon_free(sp.sys, &w.dir, readers).unwrap_or(false);
+        if w.evidence == Evidence::Writer {
+            return free(false); // the writer is done (it won, gave up or died)
+        }
         let moved = sp
             .sys
             .meta_at(sp.dir, self.req.name)
             .map_or(true, |m| m.id != w.id);
         moved
             || match w.evidence {
-                Evidence::Beacon(_) => sp.sys.try_lock(&w.dir, false).unwrap_or(false),
+                Evidence::Beacon(_) => free(false),
+                Evidence::Readers => free(true),
                 Evidence::Pid(p) => sp.sys.process_alive(p) == Some(false),
-                Evidence::Nothing => false,
+                Evidence::Writer | Evidence::Nothing => false,
             }
     }
 
@@ -436,6 +480,15 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         if self.cancel().is_some_and(|c| c.is_fired()) {
             return Err(self.cancelled());
         }
+        if let Some((writer, id)) = self.behind.take() {
+            // A reader lets a waiting writer go first, until it is done (won, gave up, died).
+            if !beacon_free(self.sp.sys, &writer, false).unwrap_or(false) {
+                if self.expired() {
+                    return Err(self.timeout());
+                }
+                return Ok(self.wait(writer, id, Evidence::Writer, None, false));
+            }
+        }
         let (sp, req, me) = (self.sp, self.req, self.me);
         let c = self.staged();
         if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
@@ -467,12 +520,66 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             }
             Seen::Owned { dir, meta, owner } => (dir, meta, owner),
         };
+        if owner.is_shared() && self.staged().entry.is_some() {
+            return self.join_readers(dir, meta, owner);
+        }
         let judgement = sp.judge(&dir, &owner, me);
         self.last_owner = Some(owner.clone());
         if judgement.liveness.is_dead() {
             self.reclaim_dead(dir, meta, owner, judgement)
         } else {
+            if owner.is_shared() && !self.expired() {
+                self.intend(meta.id)?;
+            }
             self.wait_for_holder(dir, meta, owner, judgement)
         }
+    }
+
+    /// A reader found a shared lock: it joins it, or lets the writer waiting in it go first.
+    fn join_readers(&mut self, dir: S::Dir, meta: Meta, owner: Owner) -> Result<Next<S>, Error> {
+        match shared::join(self.sp, self.req, self.me, dir, meta.id)? {
+            Join::Joined(held) => {
+                self.joined = Some(*held);
+                Ok(Next::Won)
+            }
+            Join::Changed => self.idle_round(),
+            Join::Behind(writer) => {
+                let judgement = Judgement::new(
+                    Liveness::Live,
+                    "a writer waits for its readers to finish, and new readers wait for it",
+                );
+                self.last_owner = Some(owner.clone());
+                if self.expired() {
+                    return Err(self.give_up(|| Error::Locked {
+                        lock: self.sp.entry(self.req.name),
+                        resource: self.req.resource.to_owned(),
+                        owner: Box::new(owner.clone()),
+                        judgement: judgement.clone(),
+                        since: meta.mtime,
+                    }));
+                }
+                self.tell(&owner, &judgement, meta.mtime);
+                Ok(self.wait(writer, meta.id, Evidence::Writer, None, false))
+            }
+        }
+    }
+
+    /// A writer about to wait for the readers of the shared lock `id`: its entry there keeps
+    /// new readers out (made once per lock; one in a lock waited for before is taken out).
+    fn intend(&mut self, id: FileId) -> Result<(), Error> {
+        if self.intent.as_ref().is_some_and(|(_, i, _)| *i == id) {
+            return Ok(());
+        }
+        self.withdraw();
+        let (sp, name) = (self.sp, self.req.name);
+        let Ok(lock) = sp.sys.open_dir_at(sp.dir, name) else {
+            return Ok(()); // gone meanwhile: the wait ends at once
+        };
+        if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
+            return Ok(());
+        }
+        let entry = shared::wait_as_writer(sp, self.req, self.me, &lock)?;
+        self.intent = Some((lock, id, entry));
+        Ok(())
     }
 }

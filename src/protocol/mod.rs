@@ -4,6 +4,7 @@
 //! lock state, and only through the [`System`] seam, relative to the lock directory's handle.
 
 mod contend;
+pub(crate) mod shared;
 mod stage;
 
 pub(crate) use contend::{Contender, Next, Waiting};
@@ -27,7 +28,12 @@ pub(crate) fn release<S: System>(
         return Ok(()); // a forked child: the lock is the parent's
     }
     let token = held.owner.token.clone();
-    let result = retire_held(sp, held, resource);
+    let result = match held.entry {
+        Some(_) => shared::leave(sp, held, resource),
+        None => {
+            check_held(sp, &held, resource).and_then(|()| retire_checked_own(sp, held, resource))
+        }
+    };
     // Whatever happened, the token is no longer ours to hold: a record still carrying it (a
     // retire that failed) names a dead owner from now on.
     sp.sys.own_token(&token, false);
@@ -59,15 +65,19 @@ pub(crate) fn check_held<S: System>(
     }
 }
 
-/// Release proper: check, retire, check the tombstone, wake waiters, reap.
-fn retire_held<S: System>(sp: &Space<S>, held: Held<S>, resource: &str) -> Result<(), Error> {
+/// Release proper, once [`check_held`] found `NAME` ours: retire, check the tombstone, wake
+/// waiters, reap. (A shared lock's last reader, holding its exclusive `flock`, too.)
+fn retire_checked_own<S: System>(
+    sp: &Space<S>,
+    held: Held<S>,
+    resource: &str,
+) -> Result<(), Error> {
     let name = held.name.as_str();
     let lost = |problem: &str| Error::Lost {
         lock: sp.entry(name),
         resource: resource.to_owned(),
         problem: problem.to_owned(),
     };
-    check_held(sp, &held, resource)?;
     // Named by our token: unique (a token is published once), and no random draw needed.
     let tomb = tombstone_for(name, &held.owner.token, || sp.sys.token());
     match sp.sys.rename_noreplace(sp.dir, name, &tomb) {

@@ -2,6 +2,7 @@
 //! ([`stage`]), refreshed after a long wait ([`refresh`]), and renamed into place without
 //! replacing anything ([`publish`]).
 
+use super::shared::Entry;
 use crate::error::Error;
 use crate::options::Options;
 use crate::owner::Owner;
@@ -39,6 +40,9 @@ pub(crate) struct Held<S: System> {
     /// final reference to a directory its holder just removed, which costs an inode eviction,
     /// so it is closed at our release instead of between a waiter's wake-up and its publish.
     pub last_seen: Option<S::Dir>,
+    /// A shared lock's reader: its own entry inside the lock (`owner` is its record, and
+    /// `beacon` holds the lock directory's shared `flock`).
+    pub entry: Option<Entry<S>>,
 }
 
 /// A staged candidate: our own, unpublished.
@@ -52,9 +56,12 @@ pub(super) struct Staged<S: System> {
     /// The watch of the last wait, dropped once the publish is done (removing it costs time
     /// that a handoff should not pay).
     pub(super) last_watch: Option<S::Watch>,
+    /// A shared lock's first reader: its entry inside the candidate.
+    pub(super) entry: Option<Entry<S>>,
 }
 
-/// The record we write for a new acquisition.
+/// The record we write for a new acquisition (an exclusive lock's, a reader's or a waiting
+/// writer's; [`shared_record`] makes a shared lock's of its reader's).
 pub(super) fn new_record<S: System>(
     sys: &S,
     me: &Identity,
@@ -76,6 +83,14 @@ pub(super) fn new_record<S: System>(
     owner.purpose = options.purpose.clone();
     owner.writer = Some(concat!("dirlock ", env!("CARGO_PKG_VERSION")).to_owned());
     owner.os = me.os.clone();
+    owner
+}
+
+/// A shared lock's record, naming its reader `reader` (whose record it is).
+pub(super) fn shared_record(reader: &Owner) -> Owner {
+    let mut owner = reader.clone();
+    owner.beacon = None;
+    owner.shared = Some(true);
     owner
 }
 
@@ -118,17 +133,31 @@ pub(super) fn stage_once<S: System>(
         problem: format!("{e} (shorten the purpose)"),
     })?;
     let name = candidate_name(req.name, &owner.token);
-    let fresh = make_candidate(sp, &name)?;
+    let shared = req.options.shared;
+    let fresh = make_candidate(sp, &name, !shared)?;
     owner.beacon = Some(fresh.flocked);
+    // A shared lock needs `flock`s (its readers' own and the lock's): where the filesystem has
+    // none, a reader takes the lock exclusively.
+    let (record, entry) = match shared && fresh.flocked {
+        true => match super::shared::first_reader(sp, &fresh.dir, &name, &owner) {
+            Ok(entry) => (shared_record(&owner), Some(entry)),
+            Err(e) => {
+                remove_tree(sp.sys, sp.dir, &name);
+                return Err(e);
+            }
+        },
+        false => (owner.clone(), None),
+    };
     let written = write_record(
         sp,
         &fresh.dir,
         &name,
-        &owner,
+        &record,
         req.options.durable,
         fresh.umask_stripped,
     );
     if let Err(e) = written {
+        drop(entry);
         remove_tree(sp.sys, sp.dir, &name);
         return Err(e);
     }
@@ -140,11 +169,13 @@ pub(super) fn stage_once<S: System>(
         staged_at: sp.sys.monotonic(),
         last_seen: None,
         last_watch: None,
+        entry,
     })
 }
 
 /// Drops a candidate we staged: removes it and forgets its token.
 pub(super) fn unstage<S: System>(sp: &Space<S>, c: Staged<S>) {
+    drop(c.entry);
     drop(c.dir);
     remove_tree(sp.sys, sp.dir, &c.name);
     sp.sys.own_token(&c.owner.token, false);
@@ -201,10 +232,14 @@ pub(super) fn refresh<S: System>(
 ) -> Result<(), Error> {
     let beacon = c.owner.has_beacon();
     let owner = new_record(sp.sys, me, c.owner.token.clone(), beacon, options);
+    let record = match c.entry {
+        Some(_) => shared_record(&owner),
+        None => owner.clone(),
+    };
     sp.sys
         .remove_file_at(&c.dir, OWNER_FILE)
         .map_err(|e| sp.io("refresh the owner record", &c.name, e))?;
-    write_record(sp, &c.dir, &c.name, &owner, options.durable, true)?;
+    write_record(sp, &c.dir, &c.name, &record, options.durable, true)?;
     c.owner = owner;
     c.staged_at = sp.sys.monotonic();
     Ok(())

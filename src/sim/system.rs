@@ -375,6 +375,31 @@ impl System for SimSys {
         })
     }
 
+    fn replace_file_at(&self, at: &SimDir, from: &str, to: &str) -> io::Result<()> {
+        self.call(&format!("rename {from} over {to}"), |st, _| {
+            check_name(from)?;
+            check_name(to)?;
+            let dir = self.ino(st, at)?;
+            let src = st.lookup(dir, from)?;
+            if let Ok(dst) = st.lookup(dir, to) {
+                if matches!(st.inodes[&dst].node, Node::Dir(_)) {
+                    return Err(errno(EISDIR));
+                }
+                if !st.ofds.values().any(|o| o.ino == dst) {
+                    st.inodes.remove(&dst);
+                } else if let Some(i) = st.inodes.get_mut(&dst) {
+                    i.linked = false;
+                }
+            }
+            let entries = st.dir_entries_mut(dir)?;
+            entries.remove(from);
+            entries.insert(to.to_owned(), src);
+            st.touch(dir);
+            st.bump(src);
+            Ok(())
+        })
+    }
+
     fn remove_file_at(&self, at: &SimDir, name: &str) -> io::Result<()> {
         self.call(&format!("unlink {name}"), |st, slot| {
             check_name(name)?;

@@ -311,6 +311,10 @@ pub trait System: Clock {
     /// filesystem has no no-replace rename it fails with [`io::ErrorKind::Unsupported`] (for
     /// the reclaim guard, whose rival may be another implementation's empty directory).
     fn rename_exclusive(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
+    /// Renames file `from` to `to` within `at`, replacing the file at `to` in one step (a
+    /// shared lock's record rewritten: a reader of it sees the old record or the new one,
+    /// never none).
+    fn replace_file_at(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
     /// Removes file `name` in `at`.
     fn remove_file_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
     /// Removes empty directory `name` in `at`.

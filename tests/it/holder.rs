@@ -56,6 +56,9 @@ fn hold() {
     if let Some(p) = value("--purpose") {
         req = req.purpose(p);
     }
+    if args.iter().any(|a| a == "--shared") {
+        req = req.shared();
+    }
     if args.iter().any(|a| a == "--wait") {
         req = req.wait(dirlock::Wait::Forever);
     }

@@ -21,6 +21,7 @@ mod names;
 mod reclaim;
 mod release;
 mod safety;
+mod shared;
 mod waiting;
 
 use std::ffi::OsString;

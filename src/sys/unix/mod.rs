@@ -374,6 +374,14 @@ impl System for Real {
         platform::rename_exclusive(at, from, to)
     }
 
+    fn replace_file_at(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
+        // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
+        at_names(at, from, to, |at, f, t| unsafe {
+            libc::renameat(at, f, at, t)
+        })
+        .map(drop)
+    }
+
     fn remove_file_at(&self, at: &OwnedFd, name: &str) -> io::Result<()> {
         // SAFETY: `at` is open and `n` is NUL-terminated.
         at_name(at, name, |at, n| unsafe { libc::unlinkat(at, n, 0) }).map(drop)

@@ -93,8 +93,9 @@ fn patiently<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
     }
 }
 
-/// Renames `from` to `to` (both full paths), failing if `to` exists.
-fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
+/// Renames `from` to `to` (both full paths), replacing what is at `to` when `replace`, else
+/// failing there.
+fn rename(from: &Path, to: &Path, replace: bool) -> io::Result<()> {
     let h = open_existing(from, DELETE | SYNCHRONIZE)?;
     let name: Vec<u16> = to.as_os_str().encode_wide().collect();
     let header = std::mem::size_of::<FILE_RENAME_INFO>();
@@ -104,7 +105,7 @@ fn rename_no_replace(from: &Path, to: &Path) -> io::Result<()> {
     let info = buf.as_mut_ptr() as *mut FILE_RENAME_INFO;
     // SAFETY: `buf` is large enough for the structure and the name that follows it.
     unsafe {
-        (*info).Anonymous.ReplaceIfExists = false;
+        (*info).Anonymous.ReplaceIfExists = replace;
         (*info).RootDirectory = std::ptr::null_mut();
         (*info).FileNameLength = (name.len() * 2) as u32;
         std::ptr::copy_nonoverlapping(name.as_ptr(), (*info).FileName.as_mut_ptr(), name.len());
@@ -238,7 +239,12 @@ impl System for Real {
 
     fn rename_exclusive(&self, at: &Dir, from: &str, to: &str) -> io::Result<()> {
         let (from, to) = (at.join(from)?, at.join(to)?);
-        patiently(|| rename_no_replace(&from, &to))
+        patiently(|| rename(&from, &to, false))
+    }
+
+    fn replace_file_at(&self, at: &Dir, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (at.join(from)?, at.join(to)?);
+        patiently(|| rename(&from, &to, true))
     }
 
     fn remove_file_at(&self, at: &Dir, name: &str) -> io::Result<()> {

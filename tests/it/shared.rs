@@ -1,0 +1,184 @@
+//! Shared (read) locks across processes: readers together, a writer alone, a killed reader out
+//! at once, a waiting writer keeping new readers out, and the record kept naming a live reader
+//! for programs that judge by pid.
+
+use crate::common::*;
+use dirlock::{Error, Owner, Wait};
+use std::path::Path;
+use std::time::Duration;
+
+fn record(lock: &Path) -> Owner {
+    Owner::parse(&std::fs::read(lock.join("owner.json")).unwrap()).unwrap()
+}
+
+fn readers(lock: &Path) -> Vec<String> {
+    let mut r: Vec<String> = std::fs::read_dir(lock)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("reader."))
+        .collect();
+    r.sort();
+    r
+}
+
+#[test]
+fn readers_share_and_a_writer_is_alone() {
+    let fx = Fixture::new();
+    let a = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let b = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    assert_eq!(a.path, b.path, "both read the same lock");
+    assert_eq!(readers(&a.path).len(), 2);
+    let rec = record(&a.path);
+    assert!(rec.is_shared());
+    assert!(
+        [a.pid(), b.pid()].contains(&rec.pid),
+        "the record names a reader"
+    );
+    // A writer is refused while they read, naming a reader.
+    match fx.locks.named_lock("x.lock").acquire().unwrap_err() {
+        Error::Locked { owner, .. } => assert!([a.pid(), b.pid()].contains(&owner.pid)),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    // A third reader in this process comes in.
+    let c = fx.locks.named_lock("x.lock").shared().acquire().unwrap();
+    assert!(c.is_shared());
+    assert_eq!(readers(&a.path).len(), 3);
+    a.release();
+    b.release();
+    c.release().unwrap();
+    assert_eq!(
+        fx.entries(),
+        Vec::<String>::new(),
+        "the last reader retires it"
+    );
+    let w = fx.locks.named_lock("x.lock").acquire().unwrap();
+    assert!(!w.is_shared());
+    // A reader is refused while the writer holds it.
+    let err = Holder::try_start(fx.dir(), &["--lock", "x.lock", "--shared"]).err();
+    assert!(err.expect("reader refused").contains("is held by pid"));
+    w.release().unwrap();
+}
+
+#[test]
+fn a_killed_reader_is_out_at_once() {
+    let fx = Fixture::new();
+    let a = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let b = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    a.kill();
+    // One reader is left: a writer still waits.
+    assert!(fx.locks.named_lock("x.lock").acquire().is_err());
+    b.kill();
+    // None is left: the kernel proves it, no grace period.
+    let w = fx.locks.named_lock("x.lock").acquire().unwrap();
+    assert!(w.reclaimed_from().is_some_and(Owner::is_shared));
+    w.release().unwrap();
+    assert_eq!(fx.entries(), Vec::<String>::new());
+}
+
+#[test]
+fn a_waiting_writer_keeps_new_readers_out() {
+    let fx = Fixture::new();
+    let a = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let dir = fx.dir().to_owned();
+    let writer = std::thread::spawn(move || {
+        let locks = dirlock::Locks::in_dir(dir).unwrap();
+        let g = locks
+            .named_lock("x.lock")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        g.release().unwrap();
+    });
+    let lock = fx.dir().join("x.lock");
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::read_dir(&lock).is_ok_and(|mut d| {
+            d.any(|e| {
+                e.unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("writer.")
+            })
+        })
+    }));
+    // A new reader is refused (failing fast) while the writer waits, though only readers hold it.
+    let err = fx
+        .locks
+        .named_lock("x.lock")
+        .shared()
+        .acquire()
+        .unwrap_err();
+    assert!(err.is_contended(), "{err}");
+    // A waiting reader gets in after the writer has had its turn.
+    let started = std::time::Instant::now();
+    let b = fx
+        .locks
+        .named_lock("x.lock")
+        .shared()
+        .wait(Duration::from_secs(30));
+    let waiter = std::thread::spawn(move || b.acquire().map(|g| g.release()));
+    std::thread::sleep(Duration::from_millis(100));
+    a.release();
+    writer.join().unwrap();
+    waiter.join().unwrap().unwrap().unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "the reader came after the writer"
+    );
+}
+
+#[test]
+fn the_record_names_a_live_reader_after_its_reader_leaves_or_dies() {
+    let fx = Fixture::new();
+    let a = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let lock = a.path.clone();
+    assert_eq!(record(&lock).pid, a.pid());
+    let b = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let c = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    // The named reader leaves: it hands the record to another.
+    a.release();
+    let named = record(&lock).pid;
+    assert!([b.pid(), c.pid()].contains(&named), "names {named}");
+    // The named reader is killed: the other's keeper names itself within a few seconds.
+    let (killed, left) = if named == b.pid() { (b, c) } else { (c, b) };
+    killed.kill();
+    assert!(
+        eventually(Duration::from_secs(10), || record(&lock).pid == left.pid()),
+        "the record still names {} ",
+        record(&lock).pid
+    );
+    // A record older than the grace period would let a pid-judging program in: kept fresh.
+    set_age(&lock, Duration::from_secs(3600));
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::metadata(&lock)
+            .unwrap()
+            .modified()
+            .unwrap()
+            .elapsed()
+            .is_ok_and(|age| age < Duration::from_secs(60))
+    }));
+    left.release();
+}
+
+#[test]
+fn one_thread_cannot_read_inside_its_own_read_or_write() {
+    let fx = Fixture::new();
+    let r = fx.locks.named_lock("x.lock").shared().acquire().unwrap();
+    for shared in [true, false] {
+        let mut req = fx.locks.named_lock("x.lock").wait(Wait::Forever);
+        if shared {
+            req = req.shared();
+        }
+        assert!(matches!(req.acquire(), Err(Error::AlreadyHeld { .. })));
+    }
+    drop(r);
+    let w = fx.locks.named_lock("x.lock").acquire().unwrap();
+    let again = fx
+        .locks
+        .named_lock("x.lock")
+        .shared()
+        .wait(Wait::Forever)
+        .acquire();
+    assert!(matches!(again, Err(Error::AlreadyHeld { .. })));
+    drop(w);
+}

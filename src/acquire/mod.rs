@@ -289,12 +289,14 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
             let won = self.contend(&dir, z, told).await;
             match won {
                 Ok(held) => {
+                    // A reader is in: the next task may read (or wait as a writer) beside it.
+                    let turn = turn.filter(|_| held.entry.is_none());
                     return Ok(Acquired {
                         held,
                         dir,
                         dir_id,
                         turn,
-                    })
+                    });
                 }
                 // (Also where a task waited its turn in a directory removed meanwhile.)
                 Err(e) if retry.again(self.site.sys(), &e, &dir) => {

@@ -425,3 +425,58 @@ fn thread_cpu_ticks() -> Option<u64> {
     let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
+
+/// Reader tasks of one runtime read together (a reader does not keep its runtime's queue
+/// waiting behind it), and writer tasks among them are alone.
+#[test]
+fn reader_tasks_read_together_and_writer_tasks_alone() {
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let readers = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicBool::new(false));
+    runtime(4).block_on(async {
+        let tasks: Vec<_> = (0..24)
+            .map(|i| {
+                let (locks, readers, most, writing) = (
+                    locks.clone(),
+                    readers.clone(),
+                    most.clone(),
+                    writing.clone(),
+                );
+                tokio::spawn(async move {
+                    let mut req = locks.named_lock(LOCK).wait(Wait::Forever);
+                    let shared = i % 6 != 0;
+                    if shared {
+                        req = req.shared();
+                    }
+                    let guard = req.acquire_async().await.unwrap();
+                    assert_eq!(guard.is_shared(), shared);
+                    if shared {
+                        let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        assert!(!writing.load(Ordering::SeqCst), "a reader beside a writer");
+                    } else {
+                        assert!(!writing.swap(true, Ordering::SeqCst), "two writers");
+                        assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer beside readers");
+                    }
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    if shared {
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                    } else {
+                        writing.store(false, Ordering::SeqCst);
+                    }
+                    guard.release().unwrap();
+                })
+            })
+            .collect();
+        for t in tasks {
+            within(60, t).await.unwrap();
+        }
+    });
+    assert!(
+        most.load(Ordering::SeqCst) > 1,
+        "readers never read together"
+    );
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}

@@ -5,7 +5,7 @@
 //!
 //! Environment: `BENCH_QUICK=1` for a short run; `BENCH_SCALE=0` to skip the 100,000-entry
 //! scale runs. On Unix the asynchronous acquisition's sections (`async`, `herd`) follow, on
-//! tmpfs (see `tasks.rs`).
+//! tmpfs (see `tasks.rs`), then shared locks' (`shared`: see `shared.rs`).
 //!
 //! On Windows (run under Wine in `.ci/run`'s manner: see `windows.rs`), the uncontended cycle
 //! and the handoff between two threads, beside `LockFileEx` as the kernel's floor: a sanity
@@ -17,6 +17,8 @@ mod platform;
 #[cfg(windows)]
 #[path = "windows.rs"]
 mod platform;
+#[cfg(unix)]
+mod shared;
 #[cfg(unix)]
 mod tasks;
 

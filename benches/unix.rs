@@ -530,6 +530,10 @@ pub fn main() {
         worker(&args[2], Path::new(&args[3]), args[4].parse().unwrap());
         return;
     }
+    if args.get(1).map(String::as_str) == Some("--reader") {
+        super::shared::reader(&args[2], Path::new(&args[3]));
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("--hold") {
         super::tasks::hold(Path::new(&args[2]));
         return;
@@ -554,9 +558,9 @@ pub fn main() {
         let locks = Locks::in_dir(&args[2]).unwrap();
         let durable = args[4] == "durable";
         for _ in 0..args[3].parse::<u32>().unwrap() {
-            locks
-                .named_lock("c.lock")
-                .durable(durable)
+            let req = locks.named_lock("c.lock").durable(durable);
+            let shared = args.get(5).is_some_and(|a| a == "shared");
+            if shared { req.shared() } else { req }
                 .acquire()
                 .unwrap()
                 .release()
@@ -588,4 +592,5 @@ pub fn main() {
         scale(&places);
     }
     super::tasks::run(&want);
+    super::shared::run(&want);
 }

@@ -49,7 +49,7 @@ impl LockGuard {
             &path,
             acquisition.who,
         );
-        let kept = held.entry.as_ref().map(|_| {
+        let kept = held.shared.then(|| {
             keeper::keep(
                 lock_dir.clone(),
                 won.dir.clone(),
@@ -94,7 +94,7 @@ impl LockGuard {
     ///
     /// [`LockRequest::shared`]: crate::LockRequest::shared
     pub fn is_shared(&self) -> bool {
-        self.held().entry.is_some()
+        self.held().shared
     }
 
     /// When this acquisition reclaimed a dead owner's lock, that owner's record: the work it

@@ -156,8 +156,11 @@ pub(crate) fn tombstone_for(lock: &str, token: &str, fresh: impl FnOnce() -> Str
 /// own record, on which the reader holds an exclusive `flock` while it reads.
 pub(crate) const READER: &str = "reader.";
 /// Inside a shared lock, a writer's entry while it waits for the readers: `writer.<token>`,
-/// made like a reader's. New readers do not come in while a live one is there.
+/// made like a reader's (its record, for people).
 pub(crate) const WRITER: &str = "writer.";
+/// Inside a shared lock, the directory on which every waiting writer holds a shared `flock`:
+/// new readers do not come in while one does.
+pub(crate) const WRITERS: &str = "writers";
 
 /// What an entry inside a shared lock is, by its name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,6 +171,8 @@ pub(crate) enum Inside {
     Reader(String),
     /// A waiting writer's entry, with its token.
     Writer(String),
+    /// The waiting writers' directory.
+    Writers,
     /// Anything else: a record being rewritten (`owner.json.<token>`), or not ours.
     Other,
 }
@@ -176,6 +181,8 @@ pub(crate) enum Inside {
 pub(crate) fn classify_inside(entry: &str) -> Inside {
     if entry == OWNER_FILE {
         Inside::Record
+    } else if entry == WRITERS {
+        Inside::Writers
     } else if let Some(t) = entry.strip_prefix(READER).filter(|t| safe_token(t)) {
         Inside::Reader(t.to_owned())
     } else if let Some(t) = entry.strip_prefix(WRITER).filter(|t| safe_token(t)) {

@@ -290,7 +290,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
             match won {
                 Ok(held) => {
                     // A reader is in: the next task may read (or wait as a writer) beside it.
-                    let turn = turn.filter(|_| held.entry.is_none());
+                    let turn = turn.filter(|_| !held.shared);
                     return Ok(Acquired {
                         held,
                         dir,

@@ -3,7 +3,7 @@
 //! [`Contender`], which keeps the candidate, the deadline and what the acquisition has seen;
 //! the driver ([`crate::acquire`]) runs its rounds and does the sleeping.
 
-use super::shared::{self, Entry, Join};
+use super::shared::{self, Intent, Join};
 use super::stage::{
     publish, refresh, restage, stage, unstage, Publish, Request, Staged, REFRESH_AFTER,
 };
@@ -131,7 +131,7 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     behind: Option<(S::Dir, FileId)>,
     /// A writer: its entry in the shared lock whose readers it waits for (that lock's
     /// directory, and its identity), which keeps new readers out.
-    intent: Option<(S::Dir, FileId, Entry<S>)>,
+    intent: Option<(S::Dir, FileId, Intent<S>)>,
 }
 
 impl<S: System> Drop for Contender<'_, '_, S> {
@@ -160,12 +160,16 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         me: &'r Identity,
     ) -> Result<Self, Error> {
         let wait = req.options.wait;
-        let c = stage(sp, req, me)?;
+        // A reader stages only when it finds no shared lock to join (see `Contender::round`).
+        let c = match req.options.shared {
+            true => None,
+            false => Some(stage(sp, req, me)?),
+        };
         Ok(Contender {
             sp,
             req,
             me,
-            c: Some(c),
+            c,
             deadline: match wait {
                 Wait::Immediately => Some(req.started),
                 Wait::Forever => None,
@@ -198,14 +202,16 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
 
     /// The lock this contender won ([`Next::Won`]): published, or joined (a reader).
     pub(crate) fn won(mut self) -> Held<S> {
+        if let Some(held) = self.joined.take() {
+            if let Some(c) = self.c.take() {
+                unstage(self.sp, c);
+            }
+            return held;
+        }
         let c = self
             .c
             .take()
             .expect("a contender holds its candidate until it wins");
-        if let Some(held) = self.joined.take() {
-            unstage(self.sp, c);
-            return held;
-        }
         drop(c.last_watch);
         let held = Held {
             name: self.req.name.to_owned(),
@@ -214,7 +220,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             id: c.id,
             reclaimed_from: self.reclaimed_from.take(),
             last_seen: c.last_seen,
-            entry: c.entry,
+            shared: c.shared,
+            entry: None,
         };
         self.withdraw();
         held
@@ -223,8 +230,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
     /// A writer that waited for readers takes its entry out of their lock (it won, or it
     /// gives up, or it waits for another lock now): readers come in again.
     fn withdraw(&mut self) {
-        if let Some((lock, _, entry)) = self.intent.take() {
-            shared::remove_entry(self.sp.sys, &lock, entry);
+        if let Some((lock, _, intent)) = self.intent.take() {
+            intent.withdraw(self.sp.sys, &lock);
         }
     }
 
@@ -490,6 +497,15 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             }
         }
         let (sp, req, me) = (self.sp, self.req, self.me);
+        if self.c.is_none() {
+            // A reader's first round: a shared lock is joined without a candidate.
+            if let Seen::Owned { dir, meta, owner } = sp.observe(req.name)? {
+                if owner.is_shared() {
+                    return self.join_readers(dir, meta, owner);
+                }
+            }
+            self.c = Some(stage(sp, req, me)?);
+        }
         let c = self.staged();
         if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
             match refresh(sp, c, me, req.options) {
@@ -520,7 +536,9 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             }
             Seen::Owned { dir, meta, owner } => (dir, meta, owner),
         };
-        if owner.is_shared() && self.staged().entry.is_some() {
+        // A reader joins (unless its candidate found no `flock` here: it then takes the lock
+        // exclusively, as a writer).
+        if owner.is_shared() && self.staged().shared {
             return self.join_readers(dir, meta, owner);
         }
         let judgement = sp.judge(&dir, &owner, me);
@@ -542,7 +560,10 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
                 self.joined = Some(*held);
                 Ok(Next::Won)
             }
-            Join::Changed => self.idle_round(),
+            Join::Changed => {
+                self.rounds += 1; // (a fail-fast reader gives up after a bound, as on a publish)
+                self.idle_round()
+            }
             Join::Behind(writer) => {
                 let judgement = Judgement::new(
                     Liveness::Live,
@@ -578,8 +599,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
             return Ok(());
         }
-        let entry = shared::wait_as_writer(sp, self.req, self.me, &lock)?;
-        self.intent = Some((lock, id, entry));
+        let intent = shared::wait_as_writer(sp, self.req, self.me, &lock)?;
+        self.intent = Some((lock, id, intent));
         Ok(())
     }
 }

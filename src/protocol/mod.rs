@@ -28,9 +28,9 @@ pub(crate) fn release<S: System>(
         return Ok(()); // a forked child: the lock is the parent's
     }
     let token = held.owner.token.clone();
-    let result = match held.entry {
-        Some(_) => shared::leave(sp, held, resource),
-        None => {
+    let result = match held.shared {
+        true => shared::leave(sp, held, resource),
+        false => {
             check_held(sp, &held, resource).and_then(|()| retire_checked_own(sp, held, resource))
         }
     };
@@ -104,8 +104,12 @@ fn retire_checked_own<S: System>(
             ));
         }
     }
-    // Reap: empty the tombstone through our handle, drop the beacon, remove the directory;
-    // then close the previous holder's directory we kept (see `Held::last_seen`).
+    // Reap: empty the tombstone through our handle (a shared lock's last reader's entry
+    // too), drop the beacon, remove the directory; then close the previous holder's directory
+    // we kept (see `Held::last_seen`).
+    if let Some(entry) = held.entry {
+        shared::remove_entry(sp.sys, &held.beacon, entry);
+    }
     let _ = sp.sys.remove_file_at(&held.beacon, OWNER_FILE);
     drop(held.beacon);
     remove_tree(sp.sys, sp.dir, &tomb);

@@ -1,29 +1,32 @@
 //! Shared (read) locks. A shared lock is a lock directory like any other, published the same
-//! way, whose record says `"shared": true`. Inside it, each reader has an entry of its own,
-//! `reader.<token>` (a directory holding the reader's record, on which the reader holds an
-//! exclusive `flock`), and each reader holds a shared `flock` on the lock directory itself. A
-//! writer waiting for the readers puts in an entry `writer.<token>`, made the same way; while a
-//! live one is there, no new reader comes in.
+//! way by its first reader, whose record says `"shared": true` and names one live reader
+//! (at first the first reader: the record is its own). Every reader holds a shared `flock` on
+//! the lock directory while it reads; each reader that joins it also has an entry of its own,
+//! `reader.<token>` (a directory holding its record, on which it holds an exclusive `flock`).
+//! A writer waiting for the readers puts in an entry `writer.<token>` and holds a shared
+//! `flock` on the directory `writers`; while one does, no new reader comes in.
 //!
 //! - **Join** ([`join`]): take the lock directory's shared `flock`, check that `NAME` is still
-//!   that directory, check that no live writer waits, put in our entry.
-//! - **Leave** ([`leave`]): take our entry out, hand the record to another reader if it names
-//!   us, let go of the shared `flock`; then, if an exclusive `flock` is granted (no reader is
-//!   left, and none can come in while we hold it), retire the lock as an exclusive holder does.
+//!   that directory, check that no writer waits, put in our entry.
+//! - **Leave** ([`leave`]): let go of the shared `flock`; if the exclusive one is then granted
+//!   (no reader is left, and none can come in while we hold it), retire the lock as an
+//!   exclusive holder does; else take our entry out, and hand the record to another reader if
+//!   it names us.
 //! - **Judge**: the readers are gone, by proof, when an exclusive `flock` on the lock
 //!   directory is granted. A reclaimer holds that `flock` from its check to the retiring
 //!   rename, so no reader comes in meanwhile.
-//! - **The record** names one live reader (its pid, its token), for programs that know only
-//!   exclusive locks and judge by pid (the reference implementation, dirlock before 0.2):
-//!   a joining reader names itself when the reader named is gone, a leaving one hands it to
-//!   another, and each reading process refreshes it ([`keep`]) so that it is never older than
-//!   their grace period while a reader lives.
+//! - **The record** names a live reader, for programs that know only exclusive locks and
+//!   judge by pid (the reference implementation, dirlock before shared locks): a leaving
+//!   reader that is named hands it to another, and each reading process keeps it ([`keep`],
+//!   every second): written anew naming itself when the reader named is gone, and rewritten
+//!   before it is [`KEEP_FRESH`] old, so that it never looks older than their grace period
+//!   while a reader lives.
 
 use super::stage::{new_record, shared_record, write_record, Held, Request};
 use super::{check_held, retire_checked_own};
 use crate::error::Error;
 use crate::owner::Owner;
-use crate::paths::{classify_inside, record_draft, Inside, OWNER_FILE, READER, WRITER};
+use crate::paths::{classify_inside, record_draft, Inside, OWNER_FILE, READER, WRITER, WRITERS};
 use crate::space::{beacon_free, lock_past_peekers, make_candidate, remove_tree, Space};
 use crate::sys::{FileId, Identity, System};
 use std::io;
@@ -40,7 +43,6 @@ pub(crate) const KEEP_FRESH: Duration = Duration::from_secs(15);
 pub(crate) struct Entry<S: System> {
     pub(crate) name: String,
     pub(crate) dir: S::Dir,
-    pub(crate) id: FileId,
 }
 
 /// The lock directory `lock` (at `name` in `sp`) as a space of its own, for its entries.
@@ -82,7 +84,6 @@ fn make_entry<S: System>(
     Ok(Entry {
         name: entry,
         dir: fresh.dir,
-        id: fresh.meta.id,
     })
 }
 
@@ -92,17 +93,6 @@ pub(crate) fn remove_entry<S: System>(sys: &S, lock: &S::Dir, e: Entry<S>) {
     let _ = sys.remove_file_at(&e.dir, OWNER_FILE);
     drop(e.dir);
     remove_tree(sys, lock, &e.name);
-}
-
-/// The first reader's entry, made inside its candidate `cand` (named `name`) before it is
-/// published, for the reader whose record is `reader`.
-pub(super) fn first_reader<S: System>(
-    sp: &Space<S>,
-    cand: &S::Dir,
-    name: &str,
-    reader: &Owner,
-) -> Result<Entry<S>, Error> {
-    make_entry(sp, cand, name, format!("{READER}{}", reader.token), reader)
 }
 
 /// What a reader found when it tried to join a shared lock.
@@ -133,8 +123,8 @@ pub(crate) fn join<S: System>(
     if !sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == id) {
         return Ok(Join::Changed);
     }
-    if let Some(writer) = waiting_writer(sp, &lock)? {
-        return Ok(Join::Behind(writer));
+    if let Some(writers) = waiting_writers(sp, &lock) {
+        return Ok(Join::Behind(writers));
     }
     let token = sp.sys.token();
     sp.sys.own_token(&token, true);
@@ -146,8 +136,8 @@ pub(crate) fn join<S: System>(
             return Err(e);
         }
     };
-    // The reader the record names may have left while we came in: then it names us.
-    let _ = keep(sp, name, &lock, &record, false);
+    // (Should the reader the record names have left meanwhile, the readers' keepers name
+    // another within a second.)
     Ok(Join::Joined(Box::new(Held {
         name: name.to_owned(),
         owner: record,
@@ -155,44 +145,60 @@ pub(crate) fn join<S: System>(
         id,
         reclaimed_from: None,
         last_seen: None,
+        shared: true,
         entry: Some(entry),
     })))
 }
 
-/// A writer's entry in the shared lock `lock` (at `NAME`), which keeps new readers out while
-/// it waits for those inside.
+/// A writer's place in the shared lock `lock` (at `NAME`) while it waits for the readers in
+/// it: its entry (its record, for people) and the waiting writers' directory, on which it
+/// holds a shared `flock` that keeps new readers out. Dropped, it lets go of both `flock`s; it is
+/// taken out with [`Intent::withdraw`].
+pub(crate) struct Intent<S: System> {
+    entry: Entry<S>,
+    writers: S::Dir,
+}
+
+impl<S: System> Intent<S> {
+    /// Takes the writer's entry out of the lock `lock` (best effort: what remains is removed
+    /// with the lock), letting readers in again.
+    pub(crate) fn withdraw(self, sys: &S, lock: &S::Dir) {
+        drop(self.writers);
+        remove_entry(sys, lock, self.entry);
+    }
+}
+
+/// Puts a waiting writer in the shared lock `lock` (at `NAME`).
 ///
 /// # Errors
 ///
-/// An I/O error making it.
+/// An I/O error making its entry or taking the writers' `flock`.
 pub(crate) fn wait_as_writer<S: System>(
     sp: &Space<S>,
     req: &Request,
     me: &Identity,
     lock: &S::Dir,
-) -> Result<Entry<S>, Error> {
+) -> Result<Intent<S>, Error> {
     let token = sp.sys.token();
     let record = new_record(sp.sys, me, token.clone(), true, req.options);
-    make_entry(sp, lock, req.name, format!("{WRITER}{token}"), &record)
+    let entry = make_entry(sp, lock, req.name, format!("{WRITER}{token}"), &record)?;
+    let failed = |e| sp.io("put a waiting writer in", req.name, e);
+    match sp.sys.mkdir_at(lock, WRITERS) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(failed(e)),
+        _ => {}
+    }
+    let writers = sp.sys.open_made_dir_at(lock, WRITERS).map_err(failed)?;
+    match lock_past_peekers(sp, &writers, req.name, false, "put a waiting writer in")? {
+        Some(true) => Ok(Intent { entry, writers }),
+        _ => Err(failed(io::Error::other("its flock was not granted"))),
+    }
 }
 
-/// A live writer's entry in the shared lock `lock`, if one waits there.
-fn waiting_writer<S: System>(sp: &Space<S>, lock: &S::Dir) -> Result<Option<S::Dir>, Error> {
-    let names = sp
-        .sys
-        .list(lock)
-        .map_err(|e| sp.io("list the readers of", "", e))?;
-    for n in names {
-        if !matches!(classify_inside(&n), Inside::Writer(_)) {
-            continue;
-        }
-        if let Ok(w) = sp.sys.open_dir_at(lock, &n) {
-            if beacon_free(sp.sys, &w, false).ok() == Some(false) {
-                return Ok(Some(w));
-            }
-        }
-    }
-    Ok(None)
+/// The waiting writers' directory of the shared lock `lock`, when a writer waits there (holds
+/// its shared `flock`).
+fn waiting_writers<S: System>(sp: &Space<S>, lock: &S::Dir) -> Option<S::Dir> {
+    let writers = sp.sys.open_dir_at(lock, WRITERS).ok()?;
+    (beacon_free(sp.sys, &writers, true).ok() == Some(false)).then_some(writers)
 }
 
 /// A live reader's record in the shared lock `lock`, other than the one whose token is `not`.
@@ -236,18 +242,30 @@ fn rewrite<S: System>(
         })
 }
 
-/// Whether the reader whose token is `token` still reads the shared lock `lock`: its entry is
-/// there, and its `flock` held.
-fn reads<S: System>(sys: &S, lock: &S::Dir, token: &str) -> bool {
-    crate::paths::safe_token(token)
-        && sys
-            .open_dir_at(lock, &format!("{READER}{token}"))
-            .is_ok_and(|d| beacon_free(sys, &d, false).ok() == Some(false))
+/// Whether the reader the shared lock `lock`'s record `named` names still reads it: a
+/// reader that joined has an entry, whose `flock` it holds while it reads; the first reader
+/// has none (its record is the lock's), and is judged by its pid and start time.
+fn lives<S: System>(sys: &S, lock: &S::Dir, named: &Owner) -> bool {
+    let entry = match crate::paths::safe_token(&named.token) {
+        true => sys.open_dir_at(lock, &format!("{READER}{}", named.token)),
+        false => Err(io::ErrorKind::NotFound.into()),
+    };
+    match entry {
+        Ok(d) => beacon_free(sys, &d, false).ok() == Some(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            sys.process_alive(named.pid) != Some(false)
+                && match (named.start_time, sys.start_time(named.pid)) {
+                    (Some(recorded), Some(now)) => recorded == now,
+                    _ => true,
+                }
+        }
+        Err(_) => true, // cannot tell: left as it is
+    }
 }
 
 /// Keeps the record of the shared lock `lock` we read (our own reader record is `mine`)
-/// naming a live reader: when the one it names has left or died, or when `refresh`, it is
-/// written anew naming us.
+/// naming a live reader: written anew naming us when the one it names has left or died, and,
+/// when `refresh`, written anew anyway (naming the same reader, if it lives), for its mtime.
 ///
 /// # Errors
 ///
@@ -261,14 +279,16 @@ pub(crate) fn keep<S: System>(
 ) -> Result<(), Error> {
     let path = sp.entry(name);
     let named = match inside(sp, lock, &path).read_owner(lock) {
-        Ok(o) if o.is_shared() => o.token,
-        Ok(_) => return Ok(()),  // not a shared lock: not ours to write
-        Err(_) => String::new(), // unreadable (never so for long): written anew
+        Ok(o) if o.is_shared() => o,
+        Ok(_) => return Ok(()), // not a shared lock: not ours to write
+        Err(_) => return rewrite(sp, name, lock, mine), // unreadable (never for long)
     };
-    if !refresh && (named == mine.token || reads(sp.sys, lock, &named)) {
-        return Ok(());
+    let lives = named.token == mine.token || lives(sp.sys, lock, &named);
+    match (lives, refresh) {
+        (true, false) => Ok(()),
+        (true, true) => rewrite(sp, name, lock, &named),
+        (false, _) => rewrite(sp, name, lock, mine),
     }
-    rewrite(sp, name, lock, mine)
 }
 
 /// The keeper's look at the shared lock `name` this process reads (as the reader `mine`), if
@@ -304,27 +324,36 @@ pub(crate) fn keep_record<S: System>(
     keep(sp, name, &lock, mine, stale)
 }
 
-/// Release of a shared lock: take our entry out, hand the record to another reader if it
-/// names us, let go of the shared `flock`, and retire the lock if no reader is left.
+/// Release of a shared lock: take our entry out, let go of the shared `flock`; then, if the
+/// exclusive one is granted (no reader is left, and none can come in while it is held),
+/// retire the lock as an exclusive holder does. Otherwise hand the record to another reader
+/// if it names us.
 pub(crate) fn leave<S: System>(
     sp: &Space<S>,
     mut held: Held<S>,
     resource: &str,
 ) -> Result<(), Error> {
-    let entry = held.entry.take().expect("a reader's lock has its entry");
     check_held(sp, &held, resource)?;
-    if !sp
-        .sys
-        .meta_at(&held.beacon, &entry.name)
-        .is_ok_and(|m| m.id == entry.id)
-    {
-        return Err(Error::Lost {
-            lock: sp.entry(&held.name),
-            resource: resource.to_owned(),
-            problem: "our reader's entry in it is gone (someone removed it)".into(),
-        });
+    // Out before the shared `flock` goes: the last reader, who retires the lock, then finds
+    // no entry of a reader still leaving.
+    if let Some(entry) = held.entry.take() {
+        remove_entry(sp.sys, &held.beacon, entry);
     }
-    remove_entry(sp.sys, &held.beacon, entry);
+    let _ = sp.sys.unlock(&held.beacon);
+    let last = sp.sys.try_lock(&held.beacon, true).unwrap_or(false);
+    // (Holding the exclusive flock, nobody else retires it; before, a contender that found no
+    // reader may have, once we had let go.)
+    if last
+        && sp
+            .sys
+            .meta_at(sp.dir, &held.name)
+            .is_ok_and(|m| m.id == held.id)
+    {
+        // Our read was whole whatever happens now: a lock another took meanwhile stays theirs.
+        let _ = retire_checked_own(sp, held, resource);
+        return Ok(());
+    }
+    let _ = sp.sys.unlock(&held.beacon);
     let path = sp.entry(&held.name);
     let names_us = inside(sp, &held.beacon, &path)
         .read_owner(&held.beacon)
@@ -334,21 +363,5 @@ pub(crate) fn leave<S: System>(
             let _ = rewrite(sp, &held.name, &held.beacon, &other);
         }
     }
-    let _ = sp.sys.unlock(&held.beacon);
-    // Granted, the exclusive `flock` proves no reader is left, and keeps new ones out until
-    // the lock is retired. Not granted: others read on (or look at it for an instant; then
-    // the next contender finds no reader and reclaims it).
-    if !sp.sys.try_lock(&held.beacon, true).unwrap_or(false) {
-        return Ok(());
-    }
-    if !sp
-        .sys
-        .meta_at(sp.dir, &held.name)
-        .is_ok_and(|m| m.id == held.id)
-    {
-        return Ok(()); // retired already, by a contender that found us gone
-    }
-    // Our read was whole whatever happens now: a lock another took meanwhile stays theirs.
-    let _ = retire_checked_own(sp, held, resource);
     Ok(())
 }

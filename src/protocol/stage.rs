@@ -40,8 +40,10 @@ pub(crate) struct Held<S: System> {
     /// final reference to a directory its holder just removed, which costs an inode eviction,
     /// so it is closed at our release instead of between a waiter's wake-up and its publish.
     pub last_seen: Option<S::Dir>,
-    /// A shared lock's reader: its own entry inside the lock (`owner` is its record, and
-    /// `beacon` holds the lock directory's shared `flock`).
+    /// A shared lock's reader (`beacon` then holds the lock directory's shared `flock`).
+    pub shared: bool,
+    /// A shared lock's reader that joined it: its own entry inside the lock, holding `owner`
+    /// (the first reader's record is the lock's).
     pub entry: Option<Entry<S>>,
 }
 
@@ -56,8 +58,8 @@ pub(super) struct Staged<S: System> {
     /// The watch of the last wait, dropped once the publish is done (removing it costs time
     /// that a handoff should not pay).
     pub(super) last_watch: Option<S::Watch>,
-    /// A shared lock's first reader: its entry inside the candidate.
-    pub(super) entry: Option<Entry<S>>,
+    /// A shared lock's first reader's (its record is the lock's).
+    pub(super) shared: bool,
 }
 
 /// The record we write for a new acquisition (an exclusive lock's, a reader's or a waiting
@@ -138,15 +140,10 @@ pub(super) fn stage_once<S: System>(
     owner.beacon = Some(fresh.flocked);
     // A shared lock needs `flock`s (its readers' own and the lock's): where the filesystem has
     // none, a reader takes the lock exclusively.
-    let (record, entry) = match shared && fresh.flocked {
-        true => match super::shared::first_reader(sp, &fresh.dir, &name, &owner) {
-            Ok(entry) => (shared_record(&owner), Some(entry)),
-            Err(e) => {
-                remove_tree(sp.sys, sp.dir, &name);
-                return Err(e);
-            }
-        },
-        false => (owner.clone(), None),
+    let shared = shared && fresh.flocked;
+    let record = match shared {
+        true => shared_record(&owner),
+        false => owner.clone(),
     };
     let written = write_record(
         sp,
@@ -157,7 +154,6 @@ pub(super) fn stage_once<S: System>(
         fresh.umask_stripped,
     );
     if let Err(e) = written {
-        drop(entry);
         remove_tree(sp.sys, sp.dir, &name);
         return Err(e);
     }
@@ -169,13 +165,12 @@ pub(super) fn stage_once<S: System>(
         staged_at: sp.sys.monotonic(),
         last_seen: None,
         last_watch: None,
-        entry,
+        shared,
     })
 }
 
 /// Drops a candidate we staged: removes it and forgets its token.
 pub(super) fn unstage<S: System>(sp: &Space<S>, c: Staged<S>) {
-    drop(c.entry);
     drop(c.dir);
     remove_tree(sp.sys, sp.dir, &c.name);
     sp.sys.own_token(&c.owner.token, false);
@@ -232,9 +227,9 @@ pub(super) fn refresh<S: System>(
 ) -> Result<(), Error> {
     let beacon = c.owner.has_beacon();
     let owner = new_record(sp.sys, me, c.owner.token.clone(), beacon, options);
-    let record = match c.entry {
-        Some(_) => shared_record(&owner),
-        None => owner.clone(),
+    let record = match c.shared {
+        true => shared_record(&owner),
+        false => owner.clone(),
     };
     sp.sys
         .remove_file_at(&c.dir, OWNER_FILE)

@@ -198,6 +198,7 @@ fn forked(sys: &SimSys, grace: Duration) {
         id: inherited.id,
         reclaimed_from: None,
         last_seen: None,
+        shared: false,
         entry: None,
     };
     if let Err(e) = protocol::release(&space(sys, &root), copy, "sim", acquirer) {

@@ -11,6 +11,7 @@ fn record(lock: &Path) -> Owner {
     Owner::parse(&std::fs::read(lock.join("owner.json")).unwrap()).unwrap()
 }
 
+/// The entries of the readers that joined (the first reader's record is the lock's).
 fn readers(lock: &Path) -> Vec<String> {
     let mut r: Vec<String> = std::fs::read_dir(lock)
         .unwrap()
@@ -27,7 +28,7 @@ fn readers_share_and_a_writer_is_alone() {
     let a = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
     let b = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
     assert_eq!(a.path, b.path, "both read the same lock");
-    assert_eq!(readers(&a.path).len(), 2);
+    assert_eq!(readers(&a.path).len(), 1, "the second joined the first's");
     let rec = record(&a.path);
     assert!(rec.is_shared());
     assert!(
@@ -42,7 +43,7 @@ fn readers_share_and_a_writer_is_alone() {
     // A third reader in this process comes in.
     let c = fx.locks.named_lock("x.lock").shared().acquire().unwrap();
     assert!(c.is_shared());
-    assert_eq!(readers(&a.path).len(), 3);
+    assert_eq!(readers(&a.path).len(), 2);
     a.release();
     b.release();
     c.release().unwrap();
@@ -130,21 +131,39 @@ fn a_waiting_writer_keeps_new_readers_out() {
 #[test]
 fn the_record_names_a_live_reader_after_its_reader_leaves_or_dies() {
     let fx = Fixture::new();
-    let a = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let shared = ["--lock", "x.lock", "--shared"];
+    let a = Holder::start(fx.dir(), &shared);
     let lock = a.path.clone();
-    assert_eq!(record(&lock).pid, a.pid());
-    let b = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
-    let c = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
-    // The named reader leaves: it hands the record to another.
-    a.release();
-    let named = record(&lock).pid;
-    assert!([b.pid(), c.pid()].contains(&named), "names {named}");
-    // The named reader is killed: the other's keeper names itself within a few seconds.
-    let (killed, left) = if named == b.pid() { (b, c) } else { (c, b) };
-    killed.kill();
+    assert_eq!(
+        record(&lock).pid,
+        a.pid(),
+        "the first reader's record is the lock's"
+    );
+    let mut others = vec![
+        Holder::start(fx.dir(), &shared),
+        Holder::start(fx.dir(), &shared),
+        Holder::start(fx.dir(), &shared),
+    ];
+    let named = |others: &[Holder]| {
+        let pid = record(&lock).pid;
+        others.iter().position(|h| h.pid() == pid)
+    };
+    // The first reader (judged by its pid: it has no entry) is killed: another reader's
+    // keeper names itself within a second or two.
+    a.kill();
     assert!(
-        eventually(Duration::from_secs(10), || record(&lock).pid == left.pid()),
-        "the record still names {} ",
+        eventually(Duration::from_secs(10), || named(&others).is_some()),
+        "the record still names {}",
+        record(&lock).pid
+    );
+    // The named reader leaves: it hands the record to another.
+    others.remove(named(&others).unwrap()).release();
+    assert!(named(&others).is_some(), "names {}", record(&lock).pid);
+    // The named reader (judged by its entry) is killed: the other's keeper names itself.
+    others.remove(named(&others).unwrap()).kill();
+    assert!(
+        eventually(Duration::from_secs(10), || named(&others) == Some(0)),
+        "the record still names {}",
         record(&lock).pid
     );
     // A record older than the grace period would let a pid-judging program in: kept fresh.
@@ -157,7 +176,9 @@ fn the_record_names_a_live_reader_after_its_reader_leaves_or_dies() {
             .elapsed()
             .is_ok_and(|age| age < Duration::from_secs(60))
     }));
-    left.release();
+    assert_eq!(named(&others), Some(0), "a refresh names the same reader");
+    others.remove(0).release();
+    assert_eq!(fx.entries(), Vec::<String>::new());
 }
 
 #[test]

@@ -13,7 +13,7 @@ pub(super) fn filesystem(dir: &OwnedFd) -> Option<(String, String)> {
     let st = super::fstat(dir.as_raw_fd()).ok()?;
     let device = format!("{}:{}", libc::major(st.st_dev), libc::minor(st.st_dev));
     let file = std::fs::File::open("/proc/self/mountinfo").ok()?;
-    let table = super::read_to_limit(file, 1 << 24).ok()?;
+    let table = super::read_to_limit(file, 1 << 24, 0).ok()?;
     mount_of(&String::from_utf8_lossy(&table), &device)
 }
 

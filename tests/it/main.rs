@@ -11,6 +11,7 @@
 mod common;
 
 mod chaos;
+mod chaos_shared;
 mod contention;
 mod crash;
 mod guards;

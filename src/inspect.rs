@@ -30,7 +30,9 @@ pub struct Status {
     /// The recorded owner has exited and a process it started holds the lock (see
     /// [`crate::Judgement::owner_exited`]).
     pub owner_exited: bool,
-    /// When the lock was taken (its directory's modification time).
+    /// When the lock was taken (its directory's modification time). For a shared lock, when
+    /// its record was last written (its readers rewrite it every 15 s or so): when each reader
+    /// came in is its own [`Party::since`].
     pub since: Option<SystemTime>,
     /// The reclaim guard.
     pub guard: GuardState,

@@ -4,8 +4,9 @@ use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::options::{grace_left, since, Ages};
 use crate::owner::Owner;
-use crate::paths::{classify, guard_name, Entry, GUARD_MARKER};
-use crate::space::{creator, open_guard, Creator, Guard, Seen, Space};
+use crate::paths::{classify, classify_inside, guard_name, Entry, Inside, GUARD_MARKER};
+use crate::protocol::shared::inside;
+use crate::space::{beacon_free, creator, open_guard, Creator, Guard, Seen, Space};
 use crate::sys::{Identity, Meta, System};
 use std::collections::BTreeMap;
 use std::io;
@@ -29,7 +30,9 @@ pub struct Status {
     /// The recorded owner has exited and a process it started holds the lock (see
     /// [`crate::Judgement::owner_exited`]).
     pub owner_exited: bool,
-    /// When the lock was taken (its directory's modification time).
+    /// When the lock was taken (its directory's modification time). For a shared lock, when
+    /// its record was last written (its readers rewrite it every 15 s or so): when each reader
+    /// came in is its own [`Party::since`].
     pub since: Option<SystemTime>,
     /// The reclaim guard.
     pub guard: GuardState,
@@ -37,6 +40,24 @@ pub struct Status {
     pub candidates: Vec<Leftover>,
     /// Tombstones of this lock (released or reclaimed, not yet reaped).
     pub tombstones: Vec<Leftover>,
+    /// Whether the lock is shared (a read lock: its record says `"shared": true`). Its
+    /// readers are then [`Status::readers`], and [`Status::owner`] is the record of one of
+    /// them (the one named for programs that know only exclusive locks). [`State::Held`]
+    /// means that readers hold it: another reader could join it (unless a writer waits), but
+    /// an exclusive acquisition could not ([`Status::takeable`]).
+    pub shared: bool,
+    /// A shared lock's readers: those that read it now (they hold their entry's `flock`), and
+    /// those that cannot be checked from here ([`Liveness::Unknown`]), oldest first. A reader
+    /// that died without leaving is never here, but in [`Status::departed`]. Empty for an
+    /// exclusive lock.
+    pub readers: Vec<Party>,
+    /// Writers waiting in a shared lock for its readers to leave (live, or that cannot be
+    /// checked from here), oldest first: new readers wait for them.
+    pub writers: Vec<Party>,
+    /// A shared lock's readers and waiting writers that died without leaving (their entry's
+    /// `flock` is free, which the kernel proves): they no longer count, and what they left
+    /// inside the lock is removed with it.
+    pub departed: Vec<Party>,
     /// The grace period it was judged with.
     grace: Duration,
 }
@@ -79,6 +100,56 @@ impl Status {
             guard: GuardState::Absent,
             candidates: Vec::new(),
             tombstones: Vec::new(),
+            shared: false,
+            readers: Vec::new(),
+            writers: Vec::new(),
+            departed: Vec::new(),
+        }
+    }
+}
+
+/// One reader of a shared lock, or one writer waiting in it for the readers (see
+/// [`Status::readers`]), as its own record inside the lock says: each has an entry there,
+/// `reader.<token>` or `writer.<token>`, holding its record, and holds an exclusive `flock` on
+/// that entry for as long as it reads or waits. It is judged by that `flock` (a free one
+/// proves it gone) and its record, as an owner is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Party {
+    /// Whether it reads, or waits to write.
+    pub role: Role,
+    /// Its entry's name inside the lock: `reader.<token>` or `writer.<token>`.
+    pub entry: String,
+    /// Its own record (its pid, purpose, host...): `None` while a reader coming in has not
+    /// written it yet, or when it cannot be trusted (the reason says why).
+    pub owner: Option<Owner>,
+    /// Since when it reads, or waits to write: the time its record gives
+    /// (`acquired_unix_ms`), else its entry's modification time.
+    pub since: Option<SystemTime>,
+    /// How it was judged: [`Liveness::Live`] while it holds its entry's `flock`,
+    /// [`Liveness::Unknown`] when that cannot be tested from here (another host or operating
+    /// system), dead (in [`Status::departed`]) once it is gone.
+    pub liveness: Liveness,
+    /// Why it was judged so (or what is wrong with its record).
+    pub reason: String,
+}
+
+/// What a [`Party`] to a shared lock does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Role {
+    /// It reads the lock, beside any other readers.
+    Reader,
+    /// It waits for the readers to leave, to hold the lock alone; new readers wait for it.
+    Writer,
+}
+
+impl Role {
+    /// A stable one-word name: `reader`, `writer`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Reader => "reader",
+            Role::Writer => "writer",
         }
     }
 }
@@ -232,6 +303,10 @@ pub(crate) fn status<S: System>(
             st.reason = Some(judgement.reason);
             st.owner_exited = judgement.owner_exited;
             st.since = Some(meta.mtime);
+            if owner.is_shared() {
+                st.shared = true;
+                parties(sp, name, &dir, me, &mut st)?;
+            }
             st.owner = Some(owner);
         }
     }
@@ -271,6 +346,89 @@ fn judged<S: System>(
         }
     };
     (state, judgement)
+}
+
+/// The readers and waiting writers of the shared lock `name` (open as `lock`), into `st`:
+/// each entry observed and judged in a space rooted at the lock, as a lock's owner is in the
+/// lock directory. Its `flock` is peeked at with a shared one for an instant, which a reader
+/// or writer making its entry retries past. Entries gone meanwhile are left out.
+fn parties<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    lock: &S::Dir,
+    me: &Identity,
+    st: &mut Status,
+) -> Result<(), Error> {
+    let path = sp.entry(name);
+    let sub = inside(sp, lock, &path);
+    let entries = match sp.sys.list(lock) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // retired meanwhile
+        Err(e) => return Err(sp.io("list the readers of", name, e)),
+    };
+    for entry in entries {
+        let role = match classify_inside(&entry) {
+            Inside::Reader(_) => Role::Reader,
+            Inside::Writer(_) => Role::Writer,
+            Inside::Record | Inside::Other => continue,
+        };
+        let Some(party) = party(&sub, entry, role, me)? else {
+            continue; // it left meanwhile
+        };
+        match (party.liveness.is_dead(), role) {
+            (true, _) => st.departed.push(party),
+            (false, Role::Reader) => st.readers.push(party),
+            (false, Role::Writer) => st.writers.push(party),
+        }
+    }
+    for list in [&mut st.readers, &mut st.writers, &mut st.departed] {
+        list.sort_by(|a, b| (a.since, &a.entry).cmp(&(b.since, &b.entry)));
+    }
+    Ok(())
+}
+
+/// One entry `entry` of a shared lock (`sub` is the space rooted at the lock), judged:
+/// `None` when it is gone.
+fn party<S: System>(
+    sub: &Space<S>,
+    entry: String,
+    role: Role,
+    me: &Identity,
+) -> Result<Option<Party>, Error> {
+    let (owner, mtime, judgement) = match sub.observe(&entry)? {
+        Seen::Gone => return Ok(None),
+        Seen::Owned { dir, meta, owner } => {
+            let judgement = sub.judge(&dir, &owner, me);
+            (Some(owner), Some(meta.mtime), judgement)
+        }
+        // A reader coming in, its record not written yet.
+        Seen::InUse { meta, problem, .. } => (
+            None,
+            Some(meta.mtime),
+            Judgement::new(Liveness::Live, format!("{problem}, but it holds its entry")),
+        ),
+        // Not a record to trust: it counts, as it does for readers and writers, only while
+        // its `flock` is held.
+        Seen::Malformed(problem) => {
+            let held = sub
+                .sys
+                .open_dir_at(sub.dir, &entry)
+                .is_ok_and(|d| beacon_free(sub.sys, &d, false).ok() == Some(false));
+            let liveness = match held {
+                true => Liveness::Live,
+                false => Liveness::DeadByProof,
+            };
+            (None, None, Judgement::new(liveness, problem))
+        }
+    };
+    Ok(Some(Party {
+        role,
+        since: owner.as_ref().and_then(Owner::acquired_at).or(mtime),
+        entry,
+        owner,
+        liveness: judgement.liveness,
+        reason: judgement.reason,
+    }))
 }
 
 /// The candidates and tombstones of one lock, with their ages (and, for a candidate, whether

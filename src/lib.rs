@@ -108,7 +108,7 @@ pub use doctor::{diagnose, Diagnosis, Finding};
 pub use error::Error;
 pub use guard::LockGuard;
 pub use held::HELD_VAR;
-pub use inspect::{GuardState, Leftover, State, Status};
+pub use inspect::{GuardState, Leftover, Party, Role, State, Status};
 pub use liveness::{Judgement, Liveness};
 pub use locks::Locks;
 pub use options::{Cancel, Wait, Waiting, DEFAULT_GRACE};

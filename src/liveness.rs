@@ -186,6 +186,9 @@ fn beacon(owner: &Owner, me: &Identity, probe: &mut impl Probe) -> Option<Judgem
             DeadByProof,
             "no process holds it open any more (the system says so)",
         ),
+        // A shared lock's record names one of its readers, which may have left or died
+        // while others read on (until one of them names itself): they hold it, not a child.
+        Some(false) if owner.is_shared() => Judgement::new(Live, "readers hold it open"),
         Some(false) if recorded_owner_gone(owner, me, probe) => Judgement {
             owner_exited: true,
             ..Judgement::new(

@@ -86,9 +86,15 @@ pub(crate) enum Cmd {
         sel: Selector,
         #[command(flatten)]
         acq: Acquire,
-        /// The lock excludes every other holder: the only kind there is (flock's -x and -e,
-        /// accepted so that scripts written for it work).
-        #[arg(short = 'x', long, short_alias = 'e', help_heading = "Lock")]
+        /// The lock excludes every other holder, readers (-s) included: the default (flock's
+        /// -x and -e, accepted so that scripts written for it work).
+        #[arg(
+            short = 'x',
+            long,
+            short_alias = 'e',
+            conflicts_with = "shared",
+            help_heading = "Lock"
+        )]
         exclusive: bool,
         /// Say nothing while waiting, nor when the lock is held (the exit status says it).
         #[arg(short, long, conflicts_with = "verbose", help_heading = "Output")]
@@ -147,7 +153,8 @@ pub(crate) enum Cmd {
         #[arg(value_name = "CMD", trailing_var_arg = true, help_heading = "Command")]
         cmd: Vec<OsString>,
     },
-    /// Say whether a lock is free, and who holds it since when.
+    /// Say whether a lock is free, and who holds it since when (for a shared lock, each
+    /// process that reads it, and any that waits to write it).
     #[command(override_usage = STATUS_USAGE)]
     Status {
         #[command(flatten)]
@@ -155,7 +162,8 @@ pub(crate) enum Cmd {
         /// Every lock in the lock directory.
         #[arg(long, conflicts_with_all = ["repository", "global_setup", "lock"])]
         all: bool,
-        /// Print nothing: the exit status says it (0 free, 75 held or not free to take).
+        /// Print nothing: the exit status says it (0 free, 75 held, by readers too, or not free
+        /// to take).
         #[arg(short, long, conflicts_with = "json")]
         quiet: bool,
         /// Machine-readable output (schema: docs/command.md in the repository).
@@ -318,6 +326,12 @@ pub(crate) struct Acquire {
     /// What this holder is doing, shown to those who wait for it.
     #[arg(long, value_name = "TEXT")]
     pub(crate) purpose: Option<String>,
+    /// A shared (read) lock, as flock -s: any number of runs with -s take it together, and a
+    /// run without -s waits until they have all finished (or fails at once with -n), then
+    /// runs alone; while it waits, new -s runs wait for it. Where the filesystem has no flock
+    /// (some network mounts), the lock is taken exclusively.
+    #[arg(short = 's', long, help_heading = "Lock")]
+    pub(crate) shared: bool,
 }
 
 /// A duration as people write it: seconds (`90`, `2.5`), or numbers each with a unit (`ms`,

@@ -71,6 +71,7 @@ fn dispatch(cmd: Cmd) -> Result<ExitCode, Failure> {
                 verbose,
                 conflict: conflict_exit_code,
                 inherit: !no_inherit,
+                shared: acq.shared,
             };
             run(&sel, &acq, &opts, &command)
         }

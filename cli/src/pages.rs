@@ -31,6 +31,10 @@ const RUN: &[Example] = &[
         "dirlock run -q -n -E 0 --lock nightly ./nightly.sh",
         "skips quietly if still running",
     ),
+    (
+        "dirlock run -s --lock index ./search.sh",
+        "a shared lock: many such runs at once; a run without -s waits for them",
+    ),
 ];
 #[cfg(windows)]
 const RUN: &[Example] = &[
@@ -50,10 +54,17 @@ const RUN: &[Example] = &[
         "dirlock run -q -n -E 0 --lock nightly nightly.cmd",
         "skips quietly if still running",
     ),
+    (
+        "dirlock run -s --lock index search.cmd",
+        "a shared lock: many such runs at once; a run without -s waits for them",
+    ),
 ];
 
 const STATUS: &[Example] = &[
-    ("dirlock status --lock deploy", "who holds it, since when"),
+    (
+        "dirlock status --lock deploy",
+        "who holds it since when; for a shared lock, each reader and who waits to write",
+    ),
     (
         "dirlock status -q --repository . || echo busy",
         "in a script",
@@ -90,10 +101,16 @@ const COMPLETIONS: &[Example] = &[(
     "dirlock completions bash > ~/.local/share/bash-completion/completions/dirlock",
     "",
 )];
-const HOLD: &[Example] = &[(
-    "dirlock hold --repository . --until /tmp/done",
-    "holds the lock until the file appears",
-)];
+const HOLD: &[Example] = &[
+    (
+        "dirlock hold --repository . --until /tmp/done",
+        "holds the lock until the file appears",
+    ),
+    (
+        "dirlock hold -s --lock index --until /tmp/done",
+        "reads it (a shared lock) until then",
+    ),
+];
 const MAN: &[Example] = &[
     ("dirlock man > dirlock.1 && man ./dirlock.1", ""),
     ("dirlock man run > dirlock-run.1", ""),
@@ -139,7 +156,7 @@ fn exit_statuses(name: &str) -> &'static [(&'static str, &'static str)] {
         ],
         "status" => &[
             ("0", "the next acquisition would get the lock (free, or its holder ended); with --all, always"),
-            ("75", "it would not (held, within the grace period, a holder that cannot be checked, damaged)"),
+            ("75", "it would not (held, by readers too: another run -s would join them; within the grace period, a holder that cannot be checked, damaged)"),
             ("1", "an error"),
             ("64", "usage error"),
         ],

@@ -52,6 +52,8 @@ pub(crate) struct RunOptions {
     /// Whether the command inherits the beacon (keeps the lock held while it, or what it
     /// leaves running, lives).
     pub(crate) inherit: bool,
+    /// A shared (read) lock (`-s`).
+    pub(crate) shared: bool,
 }
 
 pub(crate) fn run(
@@ -214,14 +216,17 @@ fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel, gate: &Arc<sys::St
 /// status; under -q the exit status alone says it (`-q -n -E 0`: skip without a word).
 fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure> {
     if !opts.quiet {
-        let verbose = opts.verbose;
+        let (verbose, shared) = (opts.verbose, opts.shared);
         req = req.on_wait(move |w| {
             let mut line = format!(
-                "waiting for {}: held by {} since {}",
+                "waiting for {}: {}",
                 escape(&w.resource),
-                crate::say::held_by(&w.owner, w.judgement.owner_exited),
-                crate::when::when(w.since)
+                crate::say::holder_words(&w.owner, w.judgement.owner_exited, w.since)
             );
+            // A reader waits at a lock other readers hold only behind a writer that waits.
+            if shared && w.owner.is_shared() {
+                line.push_str("; a process waits to write it, and new readers wait for it");
+            }
             if verbose {
                 line.push_str(&format!(
                     " ({}, judged {})",
@@ -238,6 +243,11 @@ fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure
         }
         let msg = match &e {
             _ if opts.quiet => String::new(),
+            // A reader is refused by readers only when a writer waits among them.
+            Error::Locked { owner, .. } if opts.shared && owner.is_shared() => format!(
+                "{}; a process waits to write it, and new readers wait for it: retry when it has written, or wait for it (--wait-forever, or -w DURATION)",
+                crate::say::held_words(&e).unwrap_or_default()
+            ),
             Error::Locked { judgement, .. } if judgement.liveness != Liveness::Unknown => {
                 format!(
                     "{}, or wait for it (--wait-forever, or -w DURATION)",

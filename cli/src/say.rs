@@ -92,10 +92,9 @@ pub(crate) fn held_words(e: &Error) -> Option<String> {
         return None;
     };
     let head = format!(
-        "{} is held by {} since {}",
+        "{} is {}",
         escape(resource),
-        held_by(owner, judgement.owner_exited),
-        when(*since)
+        holder_words(owner, judgement.owner_exited, *since)
     );
     Some(if judgement.liveness == Liveness::Unknown {
         format!(
@@ -105,6 +104,29 @@ pub(crate) fn held_words(e: &Error) -> Option<String> {
     } else {
         head
     })
+}
+
+/// Who holds a lock since when, in words after "is": `held by pid 42 (purpose: sync) since
+/// 14:02:33 (2 min ago)`; for a shared lock, whose record names one of its readers (and whose
+/// directory's time is when that record was last written), `read by pid 42 ... since ...,
+/// and perhaps by others`.
+pub(crate) fn holder_words(
+    owner: &dirlock::Owner,
+    owner_exited: bool,
+    since: std::time::SystemTime,
+) -> String {
+    if !owner.is_shared() {
+        return format!(
+            "held by {} since {}",
+            held_by(owner, owner_exited),
+            when(since)
+        );
+    }
+    let reading = owner
+        .acquired_at()
+        .map(|t| format!(" since {}", when(t)))
+        .unwrap_or_default();
+    format!("read by {owner}{reading}, and perhaps by others")
 }
 
 /// Who holds a lock, in words: its recorded owner, or, where that has exited and a process it

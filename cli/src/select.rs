@@ -153,6 +153,9 @@ pub(crate) fn configure(mut req: LockRequest, acq: &Acquire) -> LockRequest {
     if let Some(p) = &acq.purpose {
         req = req.purpose(p.clone());
     }
+    if acq.shared {
+        req = req.shared();
+    }
     req
 }
 

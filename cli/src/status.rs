@@ -5,7 +5,7 @@ use crate::say::{emit, Failure};
 use crate::select::{open, select};
 use crate::when::{span, when};
 use dirlock::text::{escape, path as shown};
-use dirlock::{GuardState, State, Status};
+use dirlock::{GuardState, Liveness, Party, State, Status};
 use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -123,9 +123,41 @@ pub(crate) fn to_json(st: &Status) -> Value {
         "tombstones": st.tombstones.iter().map(|t| json!({
             "name": t.name, "age_ms": t.age.as_millis() as u64,
         })).collect::<Vec<_>>(),
+        "shared": st.shared,
+        "readers": st.readers.iter().map(party_json).collect::<Vec<_>>(),
+        "writers": st.writers.iter().map(party_json).collect::<Vec<_>>(),
+        "departed": st.departed.iter().map(party_json).collect::<Vec<_>>(),
     });
     json_path(&mut value, &st.path);
     value
+}
+
+/// A stable name for a judgement: `live`, `unknown`, `dead-by-proof`, `dead-by-evidence` (as
+/// a lock's `state` names them).
+fn liveness_name(l: Liveness) -> &'static str {
+    match l {
+        Liveness::Live => "live",
+        Liveness::DeadByProof => "dead-by-proof",
+        Liveness::DeadByEvidence => "dead-by-evidence",
+        _ => "unknown",
+    }
+}
+
+/// A reader or waiting writer of a shared lock, for programs: who (its pid and purpose, and
+/// its whole record), since when, and how it was judged.
+fn party_json(p: &Party) -> Value {
+    let o = p.owner.as_ref();
+    json!({
+        "role": p.role.name(),
+        "entry": p.entry,
+        "pid": o.map(|o| o.pid),
+        "purpose": o.and_then(|o| o.purpose.as_deref()),
+        "host": o.and_then(|o| o.host.as_deref()),
+        "since_unix_ms": p.since.and_then(unix_ms),
+        "state": liveness_name(p.liveness),
+        "reason": p.reason,
+        "owner": o,
+    })
 }
 
 /// What a lock found in a listing is for, from its name alone: `named lock deploy`, or, for
@@ -157,6 +189,7 @@ pub(crate) fn describe(st: &Status, what: Option<&str>, verbose: bool) -> String
     let what = what.map_or_else(|| words_for(&st.name), str::to_owned);
     let mut out = String::new();
     let _ = writeln!(out, "{}", summary(st, &what));
+    parties(st, &mut out);
     let _ = writeln!(out, "  path: {}", shown(&st.path));
     if verbose {
         details(st, &mut out);
@@ -200,6 +233,9 @@ fn summary(st: &Status, what: &str) -> String {
     if let Some(why) = takeover_blocked(st) {
         return format!("{what} was held by {}, which has ended: {why}", holder());
     }
+    if let Some(line) = shared_summary(st, what) {
+        return line;
+    }
     match &st.state {
         State::Free => format!("{what} is free"),
         State::Held => format!("{what} is held by {}", holder()),
@@ -235,6 +271,87 @@ fn summary(st: &Status, what: &str) -> String {
     }
 }
 
+/// The first line for a shared lock, where it says more than an exclusive one's: how many
+/// processes read it and whether one waits to write it, or that its readers all ended.
+fn shared_summary(st: &Status, what: &str) -> Option<String> {
+    if !st.shared {
+        return None;
+    }
+    let mut line = match st.state {
+        State::Held => match processes(&st.readers) {
+            0 => format!("{what} is held by readers coming in or leaving"),
+            1 => format!("{what} is read by 1 process"),
+            n => format!("{what} is read by {n} processes"),
+        },
+        State::DeadByProof => {
+            return Some(format!(
+                "{what} was read by processes that all ended without releasing it: the next run takes it over at once"
+            ))
+        }
+        _ => return None,
+    };
+    match st.writers.len() {
+        0 => {}
+        1 => line.push_str("; a process waits to write it, and new readers wait for it"),
+        n => {
+            let _ = write!(
+                line,
+                "; {n} processes wait to write it, and new readers wait for them"
+            );
+        }
+    }
+    Some(line)
+}
+
+/// How many processes the readers are (threads of one process each read with a record of
+/// their own, naming the same pid).
+fn processes(readers: &[Party]) -> usize {
+    let mut seen = std::collections::BTreeSet::new();
+    readers
+        .iter()
+        .filter(|p| {
+            p.owner
+                .as_ref()
+                .is_none_or(|o| seen.insert((o.pid, o.host.clone())))
+        })
+        .count()
+}
+
+/// A shared lock's readers, waiting writers and those that ended without leaving, a line each,
+/// in words (under [`describe`]'s first line).
+fn parties(st: &Status, out: &mut String) {
+    let groups: [(&[Party], &str); 3] = [
+        (&st.readers, "reader"),
+        (&st.writers, "waiting to write"),
+        (&st.departed, "ended without releasing it"),
+    ];
+    for (list, label) in groups {
+        for p in list {
+            let _ = writeln!(out, "  {label}: {}", party_words(p));
+        }
+    }
+}
+
+/// Who a reader or writer is, since when: `pid 42 on host h (purpose: sync) since 14:02:33
+/// (2 s ago)`, and whether it cannot be checked from here.
+fn party_words(p: &Party) -> String {
+    let mut words = match (&p.owner, p.liveness) {
+        (Some(o), _) => o.to_string(),
+        (None, Liveness::Live) => "a process coming in (its record is not written yet)".into(),
+        (None, _) => "a process whose record cannot be read".into(),
+    };
+    if let Some(t) = p.since {
+        let _ = write!(words, " since {}", when(t));
+    }
+    if p.liveness == Liveness::Unknown {
+        words.push_str(", which cannot be checked from here");
+    }
+    if p.role == dirlock::Role::Writer && p.liveness.is_dead() {
+        words.push_str(" (it was waiting to write it)");
+    }
+    words
+}
+
 /// The protocol's details of [`describe`]'s verbose form, one per line.
 fn details(st: &Status, out: &mut String) {
     let _ = writeln!(out, "  state:      {}", st.state.name());
@@ -244,18 +361,48 @@ fn details(st: &Status, out: &mut String) {
     if let Some(o) = &st.owner {
         let _ = writeln!(out, "  owner:      {}", owner_line(o));
     }
+    if st.shared {
+        let _ = writeln!(out, "  shared:     yes (a read lock)");
+        let _ = writeln!(out, "  readers:    {}", party_details(&st.readers));
+        let _ = writeln!(out, "  writers:    {}", party_details(&st.writers));
+        let _ = writeln!(out, "  departed:   {}", party_details(&st.departed));
+    }
     let _ = writeln!(out, "  guard:      {}", guard_words(&st.guard));
     let _ = writeln!(out, "  candidates: {}", leftovers(&st.candidates));
     let _ = writeln!(out, "  tombstones: {}", leftovers(&st.tombstones));
 }
 
+/// Readers or writers of a shared lock, as [`details`] shows them: each entry, its record
+/// and its judgement.
+fn party_details(v: &[Party]) -> String {
+    if v.is_empty() {
+        return "none".to_owned();
+    }
+    v.iter()
+        .map(|p| {
+            let who = p
+                .owner
+                .as_ref()
+                .map_or_else(|| "no record".into(), owner_line);
+            format!(
+                "{}: {who}; {}: {}",
+                escape(&p.entry),
+                liveness_name(p.liveness),
+                escape(&p.reason)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n              ")
+}
+
 /// The owner record, as [`details`] shows it.
 fn owner_line(o: &dirlock::Owner) -> String {
     let mut line = format!("pid {}, token {}", o.pid, escape(&o.token));
-    line.push_str(match o.beacon {
-        Some(true) => ", judged by its beacon",
-        Some(false) => ", no beacon (judged by its pid)",
-        None => ", reference-format record (judged by its pid)",
+    line.push_str(match (o.is_shared(), o.beacon) {
+        (true, _) => ", shared: names one reader (judged by its readers' beacons)",
+        (false, Some(true)) => ", judged by its beacon",
+        (false, Some(false)) => ", no beacon (judged by its pid)",
+        (false, None) => ", reference-format record (judged by its pid)",
     });
     if let Some(w) = &o.writer {
         let _ = write!(line, ", written by {}", escape(w));

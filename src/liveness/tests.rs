@@ -429,6 +429,24 @@ fn a_held_beacon_whose_owner_exited_says_so() {
     }
 }
 
+/// A shared lock whose record names a reader that has left or died, while its `flock` is
+/// held, is held by its other readers: not by a process its named reader started.
+#[test]
+fn a_held_shared_lock_is_held_by_its_readers_whoever_its_record_names() {
+    let mut shared = full(false);
+    shared.beacon = None;
+    shared.shared = Some(true);
+    let mut f = Facts {
+        beacon_free: Some(false),
+        alive: Some(false),
+        ..Facts::default()
+    };
+    let j = judge(&shared, &me(), &mut f);
+    assert_eq!(j.liveness, Liveness::Live);
+    assert!(!j.owner_exited, "{}", j.reason);
+    assert_eq!(j.reason, "readers hold it open");
+}
+
 #[test]
 fn reasons_name_the_evidence() {
     let mut f = Facts {

@@ -46,7 +46,11 @@ pub(crate) struct Entry<S: System> {
 }
 
 /// The lock directory `lock` (at `name` in `sp`) as a space of its own, for its entries.
-fn inside<'a, S: System>(sp: &Space<'a, S>, lock: &'a S::Dir, path: &'a PathBuf) -> Space<'a, S> {
+pub(crate) fn inside<'a, S: System>(
+    sp: &Space<'a, S>,
+    lock: &'a S::Dir,
+    path: &'a PathBuf,
+) -> Space<'a, S> {
     Space {
         sys: sp.sys,
         dir: lock,

@@ -3,7 +3,7 @@
 //! for programs that judge by pid.
 
 use crate::common::*;
-use dirlock::{Error, Owner, Wait};
+use dirlock::{Error, Liveness, Owner, Party, Role, State, Wait};
 use std::path::Path;
 use std::time::Duration;
 
@@ -202,4 +202,71 @@ fn one_thread_cannot_read_inside_its_own_read_or_write() {
         .acquire();
     assert!(matches!(again, Err(Error::AlreadyHeld { .. })));
     drop(w);
+}
+
+fn pids(v: &[Party]) -> Vec<u32> {
+    let mut pids: Vec<u32> = v.iter().map(|p| p.owner.as_ref().unwrap().pid).collect();
+    pids.sort();
+    pids
+}
+
+#[test]
+fn status_lists_the_readers_and_not_a_killed_one() {
+    let fx = Fixture::new();
+    let a = Holder::start(
+        fx.dir(),
+        &["--lock", "x.lock", "--shared", "--purpose", "a"],
+    );
+    let b = Holder::start(
+        fx.dir(),
+        &["--lock", "x.lock", "--shared", "--purpose", "b"],
+    );
+    let status = || fx.locks.named_lock("x.lock").status().unwrap();
+    let st = status();
+    assert!(
+        st.shared && st.state == State::Held && !st.takeable(),
+        "{st:?}"
+    );
+    let mut who: Vec<(u32, Option<&str>)> = st
+        .readers
+        .iter()
+        .map(|p| {
+            let o = p.owner.as_ref().unwrap();
+            (o.pid, o.purpose.as_deref())
+        })
+        .collect();
+    who.sort();
+    let mut want = vec![(a.pid(), Some("a")), (b.pid(), Some("b"))];
+    want.sort();
+    assert_eq!(who, want);
+    assert!(st
+        .readers
+        .iter()
+        .all(|p| p.role == Role::Reader && p.liveness == Liveness::Live && p.since.is_some()));
+    assert!(st.writers.is_empty() && st.departed.is_empty());
+    // The reader the record names is killed: out at once, and the others hold the lock (not a
+    // process it started, as for an exclusive holder whose pid is gone).
+    let named = st.owner.as_ref().unwrap().pid;
+    let (killed, left) = if named == a.pid() { (a, b) } else { (b, a) };
+    let (killed, left_pid) = (killed.kill(), left.pid());
+    let st = status();
+    assert_eq!(st.state, State::Held);
+    assert!(!st.owner_exited, "{:?}", st.reason);
+    assert_eq!(pids(&st.readers), [left_pid]);
+    assert_eq!(pids(&st.departed), [killed]);
+    assert_eq!(st.departed[0].liveness, Liveness::DeadByProof);
+    // None is left: an exclusive acquisition takes it at once.
+    left.kill();
+    let st = status();
+    assert!(st.state == State::DeadByProof && st.takeable(), "{st:?}");
+    assert!(st.readers.is_empty());
+    let mut both = vec![killed, left_pid];
+    both.sort();
+    assert_eq!(pids(&st.departed), both);
+    // An exclusive lock has none.
+    drop(fx.locks.named_lock("x.lock").acquire().unwrap());
+    let g = fx.locks.named_lock("y.lock").acquire().unwrap();
+    let st = fx.locks.named_lock("y.lock").status().unwrap();
+    assert!(!st.shared && st.readers.is_empty() && st.departed.is_empty());
+    g.release().unwrap();
 }

@@ -23,6 +23,7 @@ mod hardening;
 mod interop;
 mod names;
 mod safety;
+mod shared;
 mod signals;
 
 use std::ffi::OsString;

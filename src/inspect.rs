@@ -4,8 +4,10 @@ use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::options::{grace_left, since, Ages};
 use crate::owner::Owner;
-use crate::paths::{classify, classify_inside, guard_name, Entry, Inside, GUARD_MARKER};
-use crate::protocol::shared::inside;
+use crate::paths::{
+    classify, classify_inside, guard_name, Entry, Inside, GUARD_MARKER, OWNER_FILE, READER,
+};
+use crate::protocol::shared::{self, inside};
 use crate::space::{beacon_free, creator, open_guard, Creator, Guard, Seen, Space};
 use crate::sys::{Identity, Meta, System};
 use std::collections::BTreeMap;
@@ -305,7 +307,7 @@ pub(crate) fn status<S: System>(
             st.since = Some(meta.mtime);
             if owner.is_shared() {
                 st.shared = true;
-                parties(sp, name, &dir, me, &mut st)?;
+                parties(sp, name, &dir, &owner, me, &mut st)?;
             }
             st.owner = Some(owner);
         }
@@ -348,14 +350,17 @@ fn judged<S: System>(
     (state, judgement)
 }
 
-/// The readers and waiting writers of the shared lock `name` (open as `lock`), into `st`:
-/// each entry observed and judged in a space rooted at the lock, as a lock's owner is in the
-/// lock directory. Its `flock` is peeked at with a shared one for an instant, which a reader
-/// or writer making its entry retries past. Entries gone meanwhile are left out.
+/// The readers and waiting writers of the shared lock `name` (open as `lock`, its record
+/// `record`), into `st`: each entry observed and judged in a space rooted at the lock, as a
+/// lock's owner is in the lock directory. Its `flock` is peeked at with a shared one for an
+/// instant, which a reader or writer making its entry retries past. Entries gone meanwhile
+/// are left out. The reader the record names without an entry (the first reader: the record
+/// is its own) is judged by its pid.
 fn parties<S: System>(
     sp: &Space<S>,
     name: &str,
     lock: &S::Dir,
+    record: &Owner,
     me: &Identity,
     st: &mut Status,
 ) -> Result<(), Error> {
@@ -370,7 +375,7 @@ fn parties<S: System>(
         let role = match classify_inside(&entry) {
             Inside::Reader(_) => Role::Reader,
             Inside::Writer(_) => Role::Writer,
-            Inside::Record | Inside::Other => continue,
+            Inside::Record | Inside::Writers | Inside::Other => continue,
         };
         let Some(party) = party(&sub, entry, role, me)? else {
             continue; // it left meanwhile
@@ -379,6 +384,31 @@ fn parties<S: System>(
             (true, _) => st.departed.push(party),
             (false, Role::Reader) => st.readers.push(party),
             (false, Role::Writer) => st.writers.push(party),
+        }
+    }
+    let first = format!("{READER}{}", record.token);
+    if !st
+        .readers
+        .iter()
+        .chain(&st.departed)
+        .any(|p| p.entry == first)
+    {
+        let lives = shared::lives(sp.sys, lock, record);
+        let (liveness, reason) = match lives {
+            true => (Liveness::Live, "its process runs"),
+            false => (Liveness::DeadByEvidence, "its process is gone"),
+        };
+        let party = Party {
+            role: Role::Reader,
+            since: record.acquired_at(),
+            entry: OWNER_FILE.to_owned(),
+            owner: Some(record.clone()),
+            liveness,
+            reason: format!("the first reader, named by the record: {reason}"),
+        };
+        match lives {
+            true => st.readers.push(party),
+            false => st.departed.push(party),
         }
     }
     for list in [&mut st.readers, &mut st.writers, &mut st.departed] {

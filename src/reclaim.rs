@@ -251,21 +251,10 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
             }
             _ => return Ok(Reclaim::Changed),
         },
-        Expect::Dir(id) => {
-            let meta = match sp.sys.meta_at(sp.dir, name) {
-                Ok(m) if m.id == id => m,
-                _ => return Ok(Reclaim::Changed),
-            };
-            if meta.kind == crate::sys::Kind::Dir {
-                // Still nobody's beacon: hold it exclusively until it is retired.
-                match sp.sys.open_dir_at(sp.dir, name) {
-                    Ok(dir) if sp.sys.try_lock(&dir, true).unwrap_or(false) => (Some(dir), id),
-                    _ => return Ok(Reclaim::Changed),
-                }
-            } else {
-                (None, id) // a file or symlink where the lock should be
-            }
-        }
+        Expect::Dir(id) => match forced_still(sp, name, id) {
+            Some(held) => (held, id),
+            None => return Ok(Reclaim::Changed),
+        },
     };
     // A dead owner's lock is named by its token when that is a safe name (unique); anything
     // else read from the record, and a forced removal, get a fresh one.
@@ -296,6 +285,21 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
     drop(held);
     remove_tree(sp.sys, sp.dir, &tomb);
     Ok(Reclaim::Done)
+}
+
+/// Under the guard, for a forced removal: `NAME` is still the directory (or the file) `id`
+/// and nobody's beacon is held on it (`Some`, with the directory held exclusively until it is
+/// retired); `None`: it changed.
+fn forced_still<S: System>(sp: &Space<S>, name: &str, id: FileId) -> Option<Option<S::Dir>> {
+    let meta = sp.sys.meta_at(sp.dir, name).ok().filter(|m| m.id == id)?;
+    if meta.kind != Kind::Dir {
+        return Some(None); // a file or symlink where the lock should be
+    }
+    let dir = sp.sys.open_dir_at(sp.dir, name).ok()?;
+    sp.sys
+        .try_lock(&dir, true)
+        .unwrap_or(false)
+        .then_some(Some(dir))
 }
 
 /// How often an unlock looks again after the lock changed under it (each time, some other

@@ -256,3 +256,55 @@ fn names_that_differ_only_in_case_are_one_lock_where_the_filesystem_says_so() {
     }
     upper.release().unwrap();
 }
+
+#[test]
+fn readers_in_processes_share_a_writer_waits_and_killed_readers_are_out_at_once() {
+    let (tmp, dir, _) = setup();
+    let (until_a, until_b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let a = portable::start_self_reader("portable_holder", &dir, LOCK, &until_a);
+    let b = portable::start_self_reader("portable_holder", &dir, LOCK, &until_b);
+    let locks = Locks::in_dir(&dir).unwrap();
+    // Readers together; a writer fails fast, naming one of them; a third reader comes in.
+    match locks.named_lock(LOCK).acquire() {
+        Err(Error::Locked { owner, .. }) => {
+            assert!(owner.is_shared() && [a.pid(), b.pid()].contains(&owner.pid));
+        }
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    let c = locks.named_lock(LOCK).shared().acquire().unwrap();
+    assert!(c.is_shared());
+    // A waiting writer keeps new readers out, and gets the lock once the last reader is gone.
+    let writer = {
+        let locks = locks.clone();
+        std::thread::spawn(move || {
+            locks
+                .named_lock(LOCK)
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .map(|g| g.reclaimed_from().is_some())
+        })
+    };
+    let waiting = |d: &Path| d.join(LOCK).join("writers").exists();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !waiting(&dir) {
+        assert!(Instant::now() < deadline, "the writer never waited");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let refused = std::thread::scope(|s| {
+        s.spawn(|| locks.named_lock(LOCK).shared().acquire().err())
+            .join()
+            .unwrap()
+    });
+    assert!(
+        refused.is_some_and(|e| e.is_contended()),
+        "a reader got in past a waiting writer"
+    );
+    c.release().unwrap();
+    drop(a); // killed
+    std::fs::write(&until_b, "").unwrap();
+    drop(b);
+    // The killed reader's lock is the writer's at once (no grace period to wait out).
+    let started = Instant::now();
+    writer.join().unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30));
+}

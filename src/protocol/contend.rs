@@ -3,7 +3,9 @@
 //! [`Contender`], which keeps the candidate, the deadline and what the acquisition has seen;
 //! the driver ([`crate::acquire`]) runs its rounds and does the sleeping.
 
-use super::shared::{self, Intent, Join};
+mod readers;
+
+use super::shared::Intent;
 use super::stage::{
     publish, refresh, restage, stage, unstage, Publish, Request, Staged, REFRESH_AFTER,
 };
@@ -487,25 +489,15 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         if self.cancel().is_some_and(|c| c.is_fired()) {
             return Err(self.cancelled());
         }
-        if let Some((writer, id)) = self.behind.take() {
-            // A reader lets a waiting writer go first, until it is done (won, gave up, died).
-            if !beacon_free(self.sp.sys, &writer, false).unwrap_or(false) {
-                if self.expired() {
-                    return Err(self.timeout());
-                }
-                return Ok(self.wait(writer, id, Evidence::Writer, None, false));
+        if let Some(next) = self.behind_writer()? {
+            return Ok(next);
+        }
+        if self.c.is_none() {
+            if let Some(next) = self.first_look()? {
+                return Ok(next);
             }
         }
         let (sp, req, me) = (self.sp, self.req, self.me);
-        if self.c.is_none() {
-            // A reader's first round: a shared lock is joined without a candidate.
-            if let Seen::Owned { dir, meta, owner } = sp.observe(req.name)? {
-                if owner.is_shared() {
-                    return self.join_readers(dir, meta, owner);
-                }
-            }
-            self.c = Some(stage(sp, req, me)?);
-        }
         let c = self.staged();
         if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
             match refresh(sp, c, me, req.options) {
@@ -551,56 +543,5 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             }
             self.wait_for_holder(dir, meta, owner, judgement)
         }
-    }
-
-    /// A reader found a shared lock: it joins it, or lets the writer waiting in it go first.
-    fn join_readers(&mut self, dir: S::Dir, meta: Meta, owner: Owner) -> Result<Next<S>, Error> {
-        match shared::join(self.sp, self.req, self.me, dir, meta.id)? {
-            Join::Joined(held) => {
-                self.joined = Some(*held);
-                Ok(Next::Won)
-            }
-            Join::Changed => {
-                self.rounds += 1; // (a fail-fast reader gives up after a bound, as on a publish)
-                self.idle_round()
-            }
-            Join::Behind(writer) => {
-                let judgement = Judgement::new(
-                    Liveness::Live,
-                    "a writer waits for its readers to finish, and new readers wait for it",
-                );
-                self.last_owner = Some(owner.clone());
-                if self.expired() {
-                    return Err(self.give_up(|| Error::Locked {
-                        lock: self.sp.entry(self.req.name),
-                        resource: self.req.resource.to_owned(),
-                        owner: Box::new(owner.clone()),
-                        judgement: judgement.clone(),
-                        since: meta.mtime,
-                    }));
-                }
-                self.tell(&owner, &judgement, meta.mtime);
-                Ok(self.wait(writer, meta.id, Evidence::Writer, None, false))
-            }
-        }
-    }
-
-    /// A writer about to wait for the readers of the shared lock `id`: its entry there keeps
-    /// new readers out (made once per lock; one in a lock waited for before is taken out).
-    fn intend(&mut self, id: FileId) -> Result<(), Error> {
-        if self.intent.as_ref().is_some_and(|(_, i, _)| *i == id) {
-            return Ok(());
-        }
-        self.withdraw();
-        let (sp, name) = (self.sp, self.req.name);
-        let Ok(lock) = sp.sys.open_dir_at(sp.dir, name) else {
-            return Ok(()); // gone meanwhile: the wait ends at once
-        };
-        if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
-            return Ok(());
-        }
-        let intent = shared::wait_as_writer(sp, self.req, self.me, &lock)?;
-        self.intent = Some((lock, id, intent));
-        Ok(())
     }
 }

@@ -249,7 +249,7 @@ fn rewrite<S: System>(
 /// Whether the reader the shared lock `lock`'s record `named` names still reads it: a
 /// reader that joined has an entry, whose `flock` it holds while it reads; the first reader
 /// has none (its record is the lock's), and is judged by its pid and start time.
-fn lives<S: System>(sys: &S, lock: &S::Dir, named: &Owner) -> bool {
+pub(crate) fn lives<S: System>(sys: &S, lock: &S::Dir, named: &Owner) -> bool {
     let entry = match crate::paths::safe_token(&named.token) {
         true => sys.open_dir_at(lock, &format!("{READER}{}", named.token)),
         false => Err(io::ErrorKind::NotFound.into()),
@@ -293,6 +293,18 @@ pub(crate) fn keep<S: System>(
         (true, true) => rewrite(sp, name, lock, &named),
         (false, _) => rewrite(sp, name, lock, mine),
     }
+}
+
+/// Whether a reader other than `held`'s own reads its shared lock, as far as can be seen: one
+/// that joined (its entry held), or the one the record names, if not us (by its pid). A
+/// reader coming in, between its shared `flock` and its entry, is not seen.
+fn others_read<S: System>(sp: &Space<S>, held: &Held<S>) -> bool {
+    let path = sp.entry(&held.name);
+    let named = inside(sp, &held.beacon, &path)
+        .read_owner(&held.beacon)
+        .ok();
+    live_reader(sp, &held.name, &held.beacon, &held.owner.token).is_some()
+        || named.is_some_and(|o| o.token != held.owner.token && lives(sp.sys, &held.beacon, &o))
 }
 
 /// The keeper's look at the shared lock `name` this process reads (as the reader `mine`), if
@@ -344,7 +356,14 @@ pub(crate) fn leave<S: System>(
         remove_entry(sp.sys, &held.beacon, entry);
     }
     let _ = sp.sys.unlock(&held.beacon);
-    let last = sp.sys.try_lock(&held.beacon, true).unwrap_or(false);
+    let mut last = sp.sys.try_lock(&held.beacon, true).unwrap_or(false);
+    if !last && !others_read(sp, &held) {
+        // No other reader to be seen: an observer peeks (status, a waiting writer's look) for
+        // an instant. Past it, or the lock would be left to the next contender, which would
+        // take it over as a crashed reader's.
+        last = lock_past_peekers(sp, &held.beacon, &held.name, true, "retire the lock")
+            .is_ok_and(|got| got == Some(true));
+    }
     // (Holding the exclusive flock, nobody else retires it; before, a contender that found no
     // reader may have, once we had let go.)
     if last

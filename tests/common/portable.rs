@@ -12,24 +12,36 @@ use std::time::Duration;
 const HOLD_DIR: &str = "DIRLOCK_TEST_HOLD_DIR";
 const HOLD_LOCK: &str = "DIRLOCK_TEST_HOLD_LOCK";
 const HOLD_UNTIL: &str = "DIRLOCK_TEST_HOLD_UNTIL";
+/// Set: the holder takes the lock shared.
+const HOLD_SHARED: &str = "DIRLOCK_TEST_HOLD_SHARED";
 
 /// Starts this test binary again, running its ignored test `test` (which calls [`hold`]): a
 /// process that holds `lock` in `dir` until `until` exists. Returns once it holds the lock.
 #[allow(dead_code, reason = "the command's tests hold with `dirlock hold`")]
 pub fn start_self_holder(test: &str, dir: &Path, lock: &str, until: &Path) -> Holder {
-    Holder::start(
-        Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--ignored",
-                "--exact",
-                test,
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(HOLD_DIR, dir)
-            .env(HOLD_LOCK, lock)
-            .env(HOLD_UNTIL, until),
-    )
+    Holder::start(&mut self_holder(test, dir, lock, until))
+}
+
+/// [`start_self_holder`] of a shared (read) lock.
+#[allow(dead_code, reason = "the command's tests hold with `dirlock hold`")]
+pub fn start_self_reader(test: &str, dir: &Path, lock: &str, until: &Path) -> Holder {
+    Holder::start(self_holder(test, dir, lock, until).env(HOLD_SHARED, "1"))
+}
+
+#[allow(dead_code, reason = "the command's tests hold with `dirlock hold`")]
+fn self_holder(test: &str, dir: &Path, lock: &str, until: &Path) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--ignored",
+        "--exact",
+        test,
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(HOLD_DIR, dir)
+    .env(HOLD_LOCK, lock)
+    .env(HOLD_UNTIL, until);
+    c
 }
 
 /// The body of the holder test [`start_self_holder`] runs: takes the lock, says `held PATH`,
@@ -43,12 +55,14 @@ pub fn hold() {
     ) else {
         return;
     };
-    let guard = dirlock::Locks::in_dir(&dir)
+    let mut req = dirlock::Locks::in_dir(&dir)
         .unwrap()
         .named_lock(&lock)
-        .purpose("portable test")
-        .acquire()
-        .unwrap();
+        .purpose("portable test");
+    if std::env::var_os(HOLD_SHARED).is_some() {
+        req = req.shared();
+    }
+    let guard = req.acquire().unwrap();
     // On a line of its own (the test harness has begun a line of its own).
     println!("\nheld {}", guard.path().display());
     let until = PathBuf::from(until);

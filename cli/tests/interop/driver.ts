@@ -5,6 +5,8 @@
 //   hold <root> <ready> <release>       hold it, create <ready>, wait for <release>
 //   sections <home> <work> <n>          n global-setup sections (waiting), logged in <work>
 //   repo-sections <root> <work> <n>     n repository-lock sections, each retried until it runs
+//   rw-sections <root> <work> <n>       n repository-lock sections as a writer beside readers
+//                                       (markers in <work>/w and <work>/r), each retried
 import * as fs from "node:fs"
 import { Effect } from "effect"
 import {
@@ -34,6 +36,43 @@ if (mode === "path") {
     return "released"
   })
   await Effect.runPromise(withRepositoryLock(a, body)).then(console.log, report)
+} else if (mode === "rw-sections") {
+  const live = (pid: string) => {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8")
+      return !stat.slice(stat.lastIndexOf(")") + 1).trim().startsWith("Z")
+    } catch {
+      return false
+    }
+  }
+  const section = Effect.sync(() => {
+    const me = String(process.pid)
+    fs.mkdirSync(`${b}/w`, { recursive: true })
+    fs.mkdirSync(`${b}/r`, { recursive: true })
+    fs.writeFileSync(`${b}/w/${me}`, me)
+    for (const kind of ["w", "r"]) {
+      for (const p of fs.readdirSync(`${b}/${kind}`)) {
+        if (p === me) continue
+        // A dying process may take a moment; a live one stays alive.
+        const until = Date.now() + 1000
+        while (live(p) && Date.now() < until) {}
+        if (live(p)) fs.appendFileSync(`${b}/log`, `overlap write ${me} ${kind}/${p}\n`)
+        else fs.rmSync(`${b}/${kind}/${p}`, { force: true })
+      }
+    }
+    fs.appendFileSync(`${b}/log`, `write reference ${me}\n`)
+    fs.rmSync(`${b}/w/${me}`, { force: true })
+  })
+  for (let i = 0; i < Number(c); i++) {
+    for (;;) {
+      const ran = await Effect.runPromise(withRepositoryLock(a, section)).then(
+        () => true,
+        () => false,
+      )
+      if (ran) break
+      await sleep(5)
+    }
+  }
 } else if (mode === "sections" || mode === "repo-sections") {
   const section = Effect.sync(() => {
     const log = `${b}/log`

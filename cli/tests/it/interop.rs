@@ -119,27 +119,27 @@ fn node_project(test: &str) -> Option<&'static PathBuf> {
 }
 
 /// A private TMPDIR shared by both implementations, and a repository root.
-struct Shared {
-    tmp: tempfile::TempDir,
+pub(crate) struct Shared {
+    pub(crate) tmp: tempfile::TempDir,
     project: &'static PathBuf,
 }
 
 impl Shared {
     /// `None` when the machine lacks what the interoperability tests need (said in a line).
-    fn new(test: &str) -> Option<Shared> {
+    pub(crate) fn new(test: &str) -> Option<Shared> {
         let project = node_project(test)?;
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir(tmp.path().join("t")).unwrap();
         std::fs::create_dir(tmp.path().join("repo")).unwrap();
         Some(Shared { tmp, project })
     }
-    fn tmpdir(&self) -> PathBuf {
+    pub(crate) fn tmpdir(&self) -> PathBuf {
         self.tmp.path().join("t")
     }
-    fn repo(&self) -> PathBuf {
+    pub(crate) fn repo(&self) -> PathBuf {
         self.tmp.path().join("repo")
     }
-    fn node(&self, args: &[&str]) -> Command {
+    pub(crate) fn node(&self, args: &[&str]) -> Command {
         let dir = self.project;
         // node itself, with tsx as an import hook: the `tsx` launcher would put node in a child
         // process that outlives a SIGKILL of the launcher.
@@ -151,7 +151,7 @@ impl Shared {
             .env("TMPDIR", self.tmpdir());
         c
     }
-    fn node_out(&self, args: &[&str]) -> String {
+    pub(crate) fn node_out(&self, args: &[&str]) -> String {
         let out = self.node(args).output().unwrap();
         assert!(
             out.status.success(),
@@ -160,7 +160,7 @@ impl Shared {
         );
         String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
     }
-    fn dirlock(&self, args: &[&str]) -> std::process::Output {
+    pub(crate) fn dirlock(&self, args: &[&str]) -> std::process::Output {
         Command::new(BIN)
             .args(args)
             .env("TMPDIR", self.tmpdir())
@@ -168,7 +168,7 @@ impl Shared {
             .unwrap()
     }
     /// The reference holds the repository lock until the returned guard is dropped.
-    fn node_holder(&self) -> (ChildGuard, u32) {
+    pub(crate) fn node_holder(&self) -> (ChildGuard, u32) {
         let ready = self.tmp.path().join("ready");
         let release = self.tmp.path().join("release");
         let child = ChildGuard::spawn(
@@ -193,7 +193,7 @@ impl Shared {
     }
 }
 
-fn text(o: &std::process::Output) -> String {
+pub(crate) fn text(o: &std::process::Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),

@@ -267,6 +267,22 @@ pub fn classify(entry: &str) -> Entry {
 #[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub fn check_names(name: &str) {
+    // Inside a shared lock: a token read from an entry's name is a safe name, and the name is
+    // exactly what that token makes.
+    match classify_inside(name) {
+        Inside::Reader(t) => assert!(safe_token(&t) && name == format!("{READER}{t}")),
+        Inside::Writer(t) => assert!(safe_token(&t) && name == format!("{WRITER}{t}")),
+        Inside::Record => assert_eq!(name, OWNER_FILE),
+        Inside::Writers => assert_eq!(name, WRITERS),
+        Inside::Other => {
+            for prefix in [READER, WRITER] {
+                assert!(
+                    !name.strip_prefix(prefix).is_some_and(safe_token),
+                    "{name:?}"
+                );
+            }
+        }
+    }
     if check_lock_name(name).is_err() {
         return;
     }
@@ -376,6 +392,12 @@ mod tests {
         #[test]
         fn accepted_names_classify_back(name in "[A-Za-z0-9._-]{0,40}(\\.lock)?") {
             let _ = classify(&name);
+            check_names(&name);
+        }
+
+        /// Entries inside a shared lock, hostile ones among them, classify to safe tokens.
+        #[test]
+        fn entries_inside_a_shared_lock_classify_to_safe_tokens(name in "(reader\\.|writer\\.|owner\\.json|writers)?[A-Za-z0-9._/\\x00-]{0,40}") {
             check_names(&name);
         }
     }

@@ -1,6 +1,7 @@
 //! Lock-name derivation and the classification of lock-directory entries: derived names have
 //! the reference's shape and classify back to what they are; classifying arbitrary names never
-//! panics; a name the checker accepts is a lock whose derived names classify back to it.
+//! panics; a name the checker accepts is a lock whose derived names classify back to it; an
+//! entry inside a shared lock classifies to a token that is a safe name, or to nothing.
 #![no_main]
 
 use dirlock::paths::{classify, global_setup_lock_name, repository_lock_name, Entry};

@@ -309,3 +309,49 @@ fn a_status_beside_the_last_reader_leaving_leaves_no_lock_behind() {
     });
     assert_eq!(left, 0, "{left} of {cycles} releases left the lock behind");
 }
+
+/// A reader's wait (behind a writer) and a writer's (for the readers) end at their timeout or
+/// cancel, leaving no entry of theirs behind.
+#[test]
+fn timed_out_and_cancelled_waits_of_readers_and_writers_leave_nothing() {
+    let fx = Fixture::new();
+    let lock = fx.dir().join("x.lock");
+    let entries = || {
+        let mut e: Vec<String> = std::fs::read_dir(&lock)
+            .map(|d| d.map(|e| e.unwrap().file_name().into_string().unwrap()).collect())
+            .unwrap_or_default();
+        e.retain(|n| n.starts_with("reader.") || n.starts_with("writer."));
+        e
+    };
+    let short = Wait::Timeout(Duration::from_millis(200));
+    // A writer holds it: a reader times out, or is cancelled.
+    let w = Holder::start(fx.dir(), &["--lock", "x.lock"]);
+    let err = fx.locks.named_lock("x.lock").shared().wait(short).acquire().unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let cancel = dirlock::Cancel::new().unwrap();
+    let c2 = cancel.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        c2.cancel();
+    });
+    let err = fx
+        .locks
+        .named_lock("x.lock")
+        .shared()
+        .wait(Wait::Forever)
+        .cancel(&cancel)
+        .acquire()
+        .unwrap_err();
+    assert!(matches!(err, Error::Cancelled { .. }), "{err}");
+    t.join().unwrap();
+    w.release();
+    // Readers hold it: a writer times out, and takes its entry out (readers come in again).
+    let r = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let err = fx.locks.named_lock("x.lock").wait(short).acquire().unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert_eq!(entries(), Vec::<String>::new());
+    let again = fx.locks.named_lock("x.lock").shared().acquire().unwrap();
+    r.release();
+    again.release().unwrap();
+    assert_eq!(fx.entries(), Vec::<String>::new());
+}

@@ -242,6 +242,47 @@ fn writer_wait(root: &Path) {
     }
 }
 
+/// Readers in a stream (4 threads, each holding 5 ms and coming back at once, so that the lock
+/// is never free of readers): a writer's wait (ms), which writer preference bounds by the
+/// holds of the readers already in, however long the stream goes on.
+fn writer_among_readers(root: &Path) {
+    let rounds = if quick() { 5 } else { 20 };
+    let hold = Duration::from_millis(5);
+    let locks = Locks::in_dir(root.join("stream")).unwrap();
+    let req = || {
+        locks
+            .named_lock("s.lock")
+            .durable(false)
+            .wait(Wait::Forever)
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut waits = Vec::new();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let g = req().shared().acquire().unwrap();
+                    std::thread::sleep(hold);
+                    g.release().unwrap();
+                }
+            });
+        }
+        for _ in 0..rounds {
+            std::thread::sleep(Duration::from_millis(50));
+            let t = Instant::now();
+            let g = req().acquire().unwrap();
+            waits.push(t.elapsed().as_secs_f64() * 1e3);
+            g.release().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let (med, max) = (median(&mut waits), pct(&mut waits, 1.0));
+    println!("\n### A writer among a stream of readers (4 threads, each holding 5 ms and back at once)\n");
+    println!("| writer's wait | ms |\n| --- | ---: |");
+    println!("| median | {med:.1} |\n| longest of {rounds} | {max:.1} |");
+    println!("\nlongest wait / one reader's hold: {:.1}x", max / 5.0);
+}
+
 pub fn run(want: &dyn Fn(&str) -> bool) {
     if !want("shared") {
         return;
@@ -250,4 +291,5 @@ pub fn run(want: &dyn Fn(&str) -> bool) {
     cycles(root.path());
     together(root.path());
     writer_wait(root.path());
+    writer_among_readers(root.path());
 }

@@ -169,12 +169,14 @@ impl Site<Real> for Arc<LockDir> {
             owner, dir: lock, ..
         } = self.space(dir).observe(name)?
         {
-            // A shared lock's record names one of its readers: theirs is their entry.
+            // A shared lock's record names one of its readers (the first one has no entry):
+            // theirs is that, or their entry.
             let reads = |t: &str| {
-                crate::paths::safe_token(t)
-                    && Real
-                        .meta_at(&lock, &format!("{}{t}", crate::paths::READER))
-                        .is_ok()
+                *t == owner.token
+                    || crate::paths::safe_token(t)
+                        && Real
+                            .meta_at(&lock, &format!("{}{t}", crate::paths::READER))
+                            .is_ok()
             };
             let theirs = |(pid, token): &&(u32, Option<String>)| match token {
                 Some(t) if owner.is_shared() => reads(t),

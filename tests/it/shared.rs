@@ -318,7 +318,10 @@ fn timed_out_and_cancelled_waits_of_readers_and_writers_leave_nothing() {
     let lock = fx.dir().join("x.lock");
     let entries = || {
         let mut e: Vec<String> = std::fs::read_dir(&lock)
-            .map(|d| d.map(|e| e.unwrap().file_name().into_string().unwrap()).collect())
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect()
+            })
             .unwrap_or_default();
         e.retain(|n| n.starts_with("reader.") || n.starts_with("writer."));
         e
@@ -326,7 +329,13 @@ fn timed_out_and_cancelled_waits_of_readers_and_writers_leave_nothing() {
     let short = Wait::Timeout(Duration::from_millis(200));
     // A writer holds it: a reader times out, or is cancelled.
     let w = Holder::start(fx.dir(), &["--lock", "x.lock"]);
-    let err = fx.locks.named_lock("x.lock").shared().wait(short).acquire().unwrap_err();
+    let err = fx
+        .locks
+        .named_lock("x.lock")
+        .shared()
+        .wait(short)
+        .acquire()
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     let cancel = dirlock::Cancel::new().unwrap();
     let c2 = cancel.clone();
@@ -347,7 +356,12 @@ fn timed_out_and_cancelled_waits_of_readers_and_writers_leave_nothing() {
     w.release();
     // Readers hold it: a writer times out, and takes its entry out (readers come in again).
     let r = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
-    let err = fx.locks.named_lock("x.lock").wait(short).acquire().unwrap_err();
+    let err = fx
+        .locks
+        .named_lock("x.lock")
+        .wait(short)
+        .acquire()
+        .unwrap_err();
     assert!(matches!(err, Error::Timeout { .. }), "{err}");
     assert_eq!(entries(), Vec::<String>::new());
     let again = fx.locks.named_lock("x.lock").shared().acquire().unwrap();

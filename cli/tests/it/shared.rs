@@ -295,3 +295,38 @@ fn a_killed_shared_run_is_out_at_once() {
         text(&out.stderr)
     );
 }
+
+/// A `run -s` inside a `run -s` of the same lock is refused as its parent's, whether the outer
+/// run took the lock first (the record is its own) or joined another reader: waiting behind a
+/// writer that waits for the parent would wait forever.
+#[test]
+fn a_nested_shared_run_of_its_parents_lock_is_refused() {
+    let fx = Fixture::new();
+    let dir = fx.dir().to_str().unwrap();
+    let nested = [
+        "-s",
+        "--lock",
+        "n",
+        "--",
+        crate::BIN,
+        "run",
+        "-s",
+        "--wait-forever",
+        "--dir",
+        dir,
+        "--lock",
+        "n",
+        "--",
+        "true",
+    ];
+    for first in [true, false] {
+        let other = (!first).then(|| Holder::start(fx.dir(), &["-s", "--lock", "n"]));
+        let out = finished(spawn_run(fx.dir(), &nested));
+        assert!(
+            text(&out.stderr).contains("held by this process's parent"),
+            "first: {first}: {}",
+            text(&out.stderr)
+        );
+        drop(other);
+    }
+}

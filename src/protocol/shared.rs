@@ -303,8 +303,9 @@ fn others_read<S: System>(sp: &Space<S>, held: &Held<S>) -> bool {
     let named = inside(sp, &held.beacon, &path)
         .read_owner(&held.beacon)
         .ok();
-    live_reader(sp, &held.name, &held.beacon, &held.owner.token).is_some()
-        || named.is_some_and(|o| o.token != held.owner.token && lives(sp.sys, &held.beacon, &o))
+    // The one named first: a look at one entry or pid, where a listing reads them all.
+    named.is_some_and(|o| o.token != held.owner.token && lives(sp.sys, &held.beacon, &o))
+        || live_reader(sp, &held.name, &held.beacon, &held.owner.token).is_some()
 }
 
 /// The keeper's look at the shared lock `name` this process reads (as the reader `mine`), if

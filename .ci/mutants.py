@@ -618,6 +618,10 @@ MUTANTS = [
      "    } else if let Some(t) = entry.strip_prefix(READER).filter(|t| safe_token(t)) {",
      "    } else if let Some(t) = entry.strip_prefix(READER) {",
      "lib", "paths::tests::entries_inside_a_shared_lock_classify_to_safe_tokens"),
+    ("shared-nested-run-under-the-first-reader", "src/acquire/mod.rs",
+     "                *t == owner.token\n",
+     "                false\n",
+     "cli", "shared::a_nested_shared_run_of_its_parents_lock_is_refused"),
 ]
 
 # How long a broken test may run before it counts as hung (caught).

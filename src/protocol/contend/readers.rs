@@ -8,7 +8,7 @@ use crate::liveness::{Judgement, Liveness};
 use crate::owner::Owner;
 use crate::protocol::shared::{self, Join};
 use crate::protocol::stage::stage;
-use crate::space::{beacon_free, Seen};
+use crate::space::{beacon_free, not_found, Seen};
 use crate::sys::{FileId, Meta, System};
 
 impl<S: System> Contender<'_, '_, S> {
@@ -91,7 +91,13 @@ impl<S: System> Contender<'_, '_, S> {
         if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
             return Ok(());
         }
-        let intent = shared::wait_as_writer(sp, self.req, self.me, &lock)?;
+        let intent = match shared::wait_as_writer(sp, self.req, self.me, &lock) {
+            Ok(intent) => intent,
+            // Retired meanwhile (its last reader left, or a reclaimer took it): the wait ends
+            // at once, as above.
+            Err(e) if not_found(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
         self.intent = Some((lock, id, intent));
         Ok(())
     }

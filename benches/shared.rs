@@ -77,9 +77,13 @@ fn cycles(root: &Path) {
     );
 }
 
+/// How long each exclusive holder of [`together`] holds the lock (readers hold theirs until
+/// all are in).
+const HOLD: Duration = Duration::from_millis(5);
+
 /// A reader process for [`together`]: waits for a byte on stdin, takes the lock (`kind`:
-/// `flock`, `shared`, or `exclusive`, which it releases at once), says `held`, and (readers)
-/// holds until stdin closes.
+/// `flock`, `shared`, or `exclusive`, which it holds for [`HOLD`]), says `held`, and
+/// (readers) holds until stdin closes.
 pub fn reader(kind: &str, dir: &Path) {
     let mut stdin = std::io::stdin().lock();
     let mut go = [0u8];
@@ -100,7 +104,10 @@ pub fn reader(kind: &str, dir: &Path) {
             if kind == "shared" {
                 Box::new(r.shared().acquire().unwrap())
             } else {
-                r.acquire().unwrap().release().unwrap();
+                // Held as long as each reader at least holds its read.
+                let g = r.acquire().unwrap();
+                std::thread::sleep(HOLD);
+                g.release().unwrap();
                 Box::new(())
             }
         }
@@ -116,7 +123,7 @@ pub fn reader(kind: &str, dir: &Path) {
 fn together(root: &Path) {
     let me = std::env::current_exe().unwrap();
     let rounds = if quick() { 3 } else { 9 };
-    println!("\n### N processes entering together (ms from the go to the last one in; median of {rounds})\n");
+    println!("\n### N processes entering together (ms from the go to the last one in; median of {rounds}; an exclusive holder holds 5 ms, a reader until all are in)\n");
     println!("| lock | 1 | 8 | 64 |\n| --- | ---: | ---: | ---: |");
     let mut by_kind = Vec::new();
     for kind in ["flock", "shared", "exclusive"] {
@@ -163,7 +170,7 @@ fn together(root: &Path) {
         let label = match kind {
             "flock" => "flock(LOCK_SH), each its own descriptor",
             "shared" => "**dirlock**, shared",
-            _ => "**dirlock**, exclusive, one after another",
+            _ => "**dirlock**, exclusive, one after another (5 ms each)",
         };
         println!(
             "| {label} | {:.2} | {:.2} | {:.2} |",

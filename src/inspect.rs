@@ -273,7 +273,7 @@ pub(crate) fn group(entries: &[String]) -> BTreeMap<String, Related> {
                 .or_default()
                 .tombstones
                 .push(entry.clone()),
-            Entry::Other => {}
+            Entry::Writers { .. } | Entry::Other => {}
         }
     }
     locks
@@ -375,7 +375,7 @@ fn parties<S: System>(
         let role = match classify_inside(&entry) {
             Inside::Reader(_) => Role::Reader,
             Inside::Writer(_) => Role::Writer,
-            Inside::Record | Inside::Writers | Inside::Other => continue,
+            Inside::Record | Inside::Other => continue,
         };
         let Some(party) = party(&sub, entry, role, me)? else {
             continue; // it left meanwhile

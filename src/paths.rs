@@ -20,6 +20,7 @@ pub(crate) const LOCK_DIR: &str = "operation-locks";
 const CANDIDATE: &str = ".candidate.";
 const TOMBSTONE: &str = ".tombstone.";
 const RECLAIM: &str = ".reclaim";
+const WRITERS_SUFFIX: &str = ".writers";
 
 fn hashed(prefix: &str, path: &Path) -> String {
     let mut hasher = Sha256::new();
@@ -158,9 +159,6 @@ pub(crate) const READER: &str = "reader.";
 /// Inside a shared lock, a writer's entry while it waits for the readers: `writer.<token>`,
 /// made like a reader's (its record, for people).
 pub(crate) const WRITER: &str = "writer.";
-/// Inside a shared lock, the directory on which every waiting writer holds a shared `flock`:
-/// new readers do not come in while one does.
-pub(crate) const WRITERS: &str = "writers";
 
 /// What an entry inside a shared lock is, by its name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,8 +169,7 @@ pub(crate) enum Inside {
     Reader(String),
     /// A waiting writer's entry, with its token.
     Writer(String),
-    /// The waiting writers' directory.
-    Writers,
+
     /// Anything else: a record being rewritten (`owner.json.<token>`), or not ours.
     Other,
 }
@@ -181,8 +178,6 @@ pub(crate) enum Inside {
 pub(crate) fn classify_inside(entry: &str) -> Inside {
     if entry == OWNER_FILE {
         Inside::Record
-    } else if entry == WRITERS {
-        Inside::Writers
     } else if let Some(t) = entry.strip_prefix(READER).filter(|t| safe_token(t)) {
         Inside::Reader(t.to_owned())
     } else if let Some(t) = entry.strip_prefix(WRITER).filter(|t| safe_token(t)) {
@@ -195,6 +190,11 @@ pub(crate) fn classify_inside(entry: &str) -> Inside {
 /// `owner.json.<token>`: a shared lock's record being rewritten, then renamed over the old.
 pub(crate) fn record_draft(token: &str) -> String {
     format!("{OWNER_FILE}.{token}")
+}
+
+/// `NAME.writers`: see [`Entry::Writers`].
+pub(crate) fn writers_name(lock: &str) -> String {
+    format!("{lock}{WRITERS_SUFFIX}")
 }
 
 /// `NAME.reclaim`.
@@ -223,6 +223,12 @@ pub enum Entry {
     /// The reclaim guard of lock `lock`.
     Guard {
         /// The lock it guards.
+        lock: String,
+    },
+    /// The directory on which the writers waiting for shared lock `lock`'s readers hold a
+    /// shared `flock` (new readers stay out while any does).
+    Writers {
+        /// The lock they wait for.
         lock: String,
     },
     /// Anything else (not ours: left alone).
@@ -255,6 +261,14 @@ pub fn classify(entry: &str) -> Entry {
             lock: lock.to_owned(),
         };
     }
+    if let Some(lock) = entry
+        .strip_suffix(WRITERS_SUFFIX)
+        .filter(|l| l.ends_with(".lock"))
+    {
+        return Entry::Writers {
+            lock: lock.to_owned(),
+        };
+    }
     if entry.ends_with(".lock") && !entry.starts_with('.') {
         return Entry::Lock(entry.to_owned());
     }
@@ -273,7 +287,6 @@ pub fn check_names(name: &str) {
         Inside::Reader(t) => assert!(safe_token(&t) && name == format!("{READER}{t}")),
         Inside::Writer(t) => assert!(safe_token(&t) && name == format!("{WRITER}{t}")),
         Inside::Record => assert_eq!(name, OWNER_FILE),
-        Inside::Writers => assert_eq!(name, WRITERS),
         Inside::Other => {
             for prefix in [READER, WRITER] {
                 assert!(
@@ -303,6 +316,12 @@ pub fn check_names(name: &str) {
     assert_eq!(
         classify(&guard_name(name)),
         Entry::Guard {
+            lock: name.to_owned()
+        }
+    );
+    assert_eq!(
+        classify(&writers_name(name)),
+        Entry::Writers {
             lock: name.to_owned()
         }
     );
@@ -397,7 +416,7 @@ mod tests {
 
         /// Entries inside a shared lock, hostile ones among them, classify to safe tokens.
         #[test]
-        fn entries_inside_a_shared_lock_classify_to_safe_tokens(name in "(reader\\.|writer\\.|owner\\.json|writers)?[A-Za-z0-9._/\\x00-]{0,40}") {
+        fn entries_inside_a_shared_lock_classify_to_safe_tokens(name in "(reader\\.|writer\\.|owner\\.json)?[A-Za-z0-9._/\\x00-]{0,40}") {
             check_names(&name);
         }
     }

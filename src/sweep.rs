@@ -45,6 +45,15 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
             Entry::Candidate { lock, token } => {
                 sweep_candidate(sp, &entry, &lock, &token, grace, me)
             }
+            // Left by writers that died waiting for a shared lock's readers: removed once no
+            // writer waits (it keeps no reader out then).
+            Entry::Writers { lock } => match sp.sys.open_dir_at(sp.dir, &entry) {
+                Ok(w) if crate::protocol::shared::remove_writers_if_free(sp, &lock, &w) => {
+                    Swept::Removed
+                }
+                Ok(_) => Swept::Kept("a writer waits for the lock's readers".into()),
+                Err(_) => Swept::Untouched,
+            },
             _ => Swept::Untouched,
         };
         match outcome {

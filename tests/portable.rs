@@ -284,7 +284,7 @@ fn readers_in_processes_share_a_writer_waits_and_killed_readers_are_out_at_once(
                 .map(|g| g.reclaimed_from().is_some())
         })
     };
-    let waiting = |d: &Path| d.join(LOCK).join("writers").exists();
+    let waiting = |d: &Path| d.join(format!("{LOCK}.writers")).exists();
     let deadline = Instant::now() + Duration::from_secs(30);
     while !waiting(&dir) {
         assert!(Instant::now() < deadline, "the writer never waited");

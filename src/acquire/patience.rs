@@ -24,11 +24,18 @@ pub(crate) struct Patience<S: System> {
 }
 
 impl<S: System> Patience<S> {
-    /// Arms the watch of `w`.
+    /// Arms the watch of `w`. A wait on a shared lock's readers (or on a writer, for a reader)
+    /// is woken by every reader coming and going: its pauses after wake-ups that changed
+    /// nothing stay short, since such wake-ups are its holders at work, not a storm; growing
+    /// like the others', they made a writer among a stream of readers wait 70 times a read.
     pub(crate) fn new(k: &Contender<S>, w: &Waiting<S>) -> Self {
+        let most = match w.among_readers() {
+            true => Duration::from_millis(5),
+            false => Duration::from_millis(250),
+        };
         Patience {
             watch: k.watch(w),
-            backoff: Backoff::new(Duration::from_millis(5), Duration::from_millis(250)),
+            backoff: Backoff::new(Duration::from_millis(5), most),
             start: k.sys().monotonic(),
             spurious: 0,
             watching: false,

@@ -38,8 +38,8 @@ pub(crate) enum Evidence {
     Pid(u32),
     /// A shared lock's readers: their shared `flock`s on the lock directory.
     Readers,
-    /// A writer waiting for a shared lock's readers (its entry's `flock`), which a reader lets
-    /// go first.
+    /// Writers waiting for a shared lock's readers (their shared `flock`s on `NAME.writers`),
+    /// which a reader lets go first.
     Writer,
     /// Nothing but the directory (an owner that cannot be judged from here, or a dead one
     /// waited out for the grace period).
@@ -103,6 +103,11 @@ impl<S: System> Waiting<S> {
     pub(crate) fn on_beacon(&self) -> bool {
         matches!(self.evidence, Evidence::Beacon(_))
     }
+
+    /// Whether it waits for a shared lock's readers, or (a reader) for a writer among them.
+    pub(crate) fn among_readers(&self) -> bool {
+        matches!(self.evidence, Evidence::Readers | Evidence::Writer)
+    }
 }
 
 /// One acquisition's contest for `NAME`, from staging to the win: its candidate, its
@@ -133,7 +138,7 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     behind: Option<(S::Dir, FileId)>,
     /// A writer: its entry in the shared lock whose readers it waits for (that lock's
     /// directory, and its identity), which keeps new readers out.
-    intent: Option<(S::Dir, FileId, Intent<S>)>,
+    intent: Option<Intent<S>>,
 }
 
 impl<S: System> Drop for Contender<'_, '_, S> {
@@ -232,8 +237,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
     /// A writer that waited for readers takes its entry out of their lock (it won, or it
     /// gives up, or it waits for another lock now): readers come in again.
     fn withdraw(&mut self) {
-        if let Some((lock, _, intent)) = self.intent.take() {
-            intent.withdraw(self.sp.sys, &lock);
+        if let Some(intent) = self.intent.take() {
+            intent.withdraw(self.sp, self.req.name);
         }
     }
 
@@ -266,7 +271,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         let sp = self.sp;
         let free = |readers| beacon_free(sp.sys, &w.dir, readers).unwrap_or(false);
         if w.evidence == Evidence::Writer {
-            return free(false); // the writer is done (it won, gave up or died)
+            return free(true); // no writer waits any more (each won, gave up or died)
         }
         let moved = sp
             .sys

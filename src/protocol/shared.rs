@@ -26,7 +26,9 @@ use super::stage::{new_record, shared_record, write_record, Held, Request};
 use super::{check_held, retire_checked_own};
 use crate::error::Error;
 use crate::owner::Owner;
-use crate::paths::{classify_inside, record_draft, Inside, OWNER_FILE, READER, WRITER, WRITERS};
+use crate::paths::{
+    classify_inside, record_draft, writers_name, Inside, OWNER_FILE, READER, WRITER,
+};
 use crate::space::{beacon_free, lock_past_peekers, make_candidate, remove_tree, Space};
 use crate::sys::{FileId, Identity, System};
 use std::io;
@@ -127,7 +129,7 @@ pub(crate) fn join<S: System>(
     if !sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == id) {
         return Ok(Join::Changed);
     }
-    if let Some(writers) = waiting_writers(sp, &lock) {
+    if let Some(writers) = waiting_writers(sp, name) {
         return Ok(Join::Behind(writers));
     }
     let token = sp.sys.token();
@@ -154,54 +156,128 @@ pub(crate) fn join<S: System>(
     })))
 }
 
-/// A writer's place in the shared lock `lock` (at `NAME`) while it waits for the readers in
-/// it: its entry (its record, for people) and the waiting writers' directory, on which it
-/// holds a shared `flock` that keeps new readers out. Dropped, it lets go of both `flock`s; it is
-/// taken out with [`Intent::withdraw`].
+/// A writer's place while it waits for the readers of a shared lock: a shared `flock` on
+/// `NAME.writers` beside the lock, which keeps new readers out (those that would join it, and
+/// those that would take the lock anew once its last reader retired it), and its entry in the
+/// lock it waits for (its record, for people; moved to the next lock it waits for). Dropped,
+/// it lets go of both `flock`s; it is taken out with [`Intent::withdraw`].
 pub(crate) struct Intent<S: System> {
-    entry: Entry<S>,
     writers: S::Dir,
+    /// The lock waited for (its handle and identity), and our entry in it.
+    entry: Option<(S::Dir, FileId, Entry<S>)>,
 }
 
 impl<S: System> Intent<S> {
-    /// Takes the writer's entry out of the lock `lock` (best effort: what remains is removed
-    /// with the lock), letting readers in again.
-    pub(crate) fn withdraw(self, sys: &S, lock: &S::Dir) {
+    /// Puts a waiting writer in for the shared lock `NAME`: `NAME.writers`, made if need be,
+    /// held with a shared `flock`.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error making it.
+    pub(crate) fn new(sp: &Space<S>, name: &str) -> Result<Intent<S>, Error> {
+        Ok(Intent {
+            writers: hold_writers(sp, name)?,
+            entry: None,
+        })
+    }
+
+    /// Whether its entry is in the lock `id`.
+    pub(crate) fn entered(&self, id: FileId) -> bool {
+        self.entry.as_ref().is_some_and(|(_, i, _)| *i == id)
+    }
+
+    /// Puts its entry in the shared lock `lock` (directory `id`), out of the one before.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error making it (not found: the lock was retired meanwhile).
+    pub(crate) fn enter(
+        &mut self,
+        sp: &Space<S>,
+        req: &Request,
+        me: &Identity,
+        lock: S::Dir,
+        id: FileId,
+    ) -> Result<(), Error> {
+        if let Some((old, _, e)) = self.entry.take() {
+            remove_entry(sp.sys, &old, e);
+        }
+        let token = sp.sys.token();
+        let record = new_record(sp.sys, me, token.clone(), true, req.options);
+        let entry = make_entry(sp, &lock, req.name, format!("{WRITER}{token}"), &record)?;
+        self.entry = Some((lock, id, entry));
+        Ok(())
+    }
+
+    /// Takes the writer out (best effort: what remains is removed with the lock, or by the
+    /// next writer or sweep): readers come in again. The last waiting writer out removes
+    /// `NAME.writers`.
+    pub(crate) fn withdraw(self, sp: &Space<S>, name: &str) {
+        let _ = sp.sys.unlock(&self.writers);
+        remove_writers_if_free(sp, name, &self.writers);
         drop(self.writers);
-        remove_entry(sys, lock, self.entry);
+        if let Some((lock, _, e)) = self.entry {
+            remove_entry(sp.sys, &lock, e);
+        }
     }
 }
 
-/// Puts a waiting writer in the shared lock `lock` (at `NAME`).
-///
-/// # Errors
-///
-/// An I/O error making its entry or taking the writers' `flock`.
-pub(crate) fn wait_as_writer<S: System>(
+/// Removes `NAME.writers` (open as `writers`) if no writer holds it, holding its exclusive
+/// `flock` (a writer that opened it meanwhile finds, once it holds its shared one, that the
+/// name is gone, and makes it anew).
+pub(crate) fn remove_writers_if_free<S: System>(
     sp: &Space<S>,
-    req: &Request,
-    me: &Identity,
-    lock: &S::Dir,
-) -> Result<Intent<S>, Error> {
-    let token = sp.sys.token();
-    let record = new_record(sp.sys, me, token.clone(), true, req.options);
-    let entry = make_entry(sp, lock, req.name, format!("{WRITER}{token}"), &record)?;
-    let failed = |e| sp.io("put a waiting writer in", req.name, e);
-    match sp.sys.mkdir_at(lock, WRITERS) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(failed(e)),
-        _ => {}
-    }
-    let writers = sp.sys.open_made_dir_at(lock, WRITERS).map_err(failed)?;
-    match lock_past_peekers(sp, &writers, req.name, false, "put a waiting writer in")? {
-        Some(true) => Ok(Intent { entry, writers }),
-        _ => Err(failed(io::Error::other("its flock was not granted"))),
-    }
+    name: &str,
+    writers: &S::Dir,
+) -> bool {
+    let wname = writers_name(name);
+    let removed = sp.sys.try_lock(writers, true).unwrap_or(false)
+        && sp
+            .sys
+            .meta(writers)
+            .is_ok_and(|m| sp.sys.meta_at(sp.dir, &wname).is_ok_and(|n| n.id == m.id))
+        && sp.sys.remove_dir_at(sp.dir, &wname).is_ok();
+    let _ = sp.sys.unlock(writers);
+    removed
 }
 
-/// The waiting writers' directory of the shared lock `lock`, when a writer waits there (holds
-/// its shared `flock`).
-fn waiting_writers<S: System>(sp: &Space<S>, lock: &S::Dir) -> Option<S::Dir> {
-    let writers = sp.sys.open_dir_at(lock, WRITERS).ok()?;
+/// How many times a writer makes `NAME.writers` anew after the last writer out removed it
+/// under it, before it gives up.
+const WRITERS_TRIES: u32 = 8;
+
+/// `NAME.writers`, made if need be, held with a shared `flock` (and still at its name).
+fn hold_writers<S: System>(sp: &Space<S>, name: &str) -> Result<S::Dir, Error> {
+    let wname = writers_name(name);
+    let failed = |e| sp.io("put a waiting writer in", &wname, e);
+    for _ in 0..WRITERS_TRIES {
+        match sp.sys.mkdir_at(sp.dir, &wname) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(failed(e)),
+            _ => {}
+        }
+        let writers = match sp.sys.open_made_dir_at(sp.dir, &wname) {
+            Ok(w) => w,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(failed(e)),
+        };
+        if lock_past_peekers(sp, &writers, &wname, false, "put a waiting writer in")? != Some(true)
+        {
+            continue;
+        }
+        let here = sp.sys.meta(&writers).map_err(failed)?;
+        if sp
+            .sys
+            .meta_at(sp.dir, &wname)
+            .is_ok_and(|m| m.id == here.id)
+        {
+            return Ok(writers);
+        }
+    }
+    Err(failed(io::Error::other("it was removed again and again")))
+}
+
+/// `NAME.writers`, when a writer waits for the shared lock `NAME` (holds its shared `flock`).
+pub(crate) fn waiting_writers<S: System>(sp: &Space<S>, name: &str) -> Option<S::Dir> {
+    let writers = sp.sys.open_dir_at(sp.dir, &writers_name(name)).ok()?;
     (beacon_free(sp.sys, &writers, true).ok() == Some(false)).then_some(writers)
 }
 
@@ -356,7 +432,9 @@ pub(crate) fn leave<S: System>(
     if let Some(entry) = held.entry.take() {
         remove_entry(sp.sys, &held.beacon, entry);
     }
-    let _ = sp.sys.unlock(&held.beacon);
+    // Our shared `flock` becomes the exclusive one, in one step where the kernel converts it so
+    // (Linux): no waiting writer then sees the lock without a reader, before it is retired, and
+    // takes it over as a crashed reader's.
     let mut last = sp.sys.try_lock(&held.beacon, true).unwrap_or(false);
     if !last && !others_read(sp, &held) {
         // No other reader to be seen: an observer peeks (status, a waiting writer's look) for

@@ -475,7 +475,10 @@ impl System for SimSys {
                 if st.no_flock {
                     return Err(errno(ENOLCK));
                 }
+                // A lock held through `fd` is converted in one step; not granted, it is gone (as
+                // Linux does it).
                 if st.flock_conflict(fd, ino, exclusive) {
+                    st.ofds.get_mut(&fd).expect("open").lock = None;
                     return Ok(false);
                 }
                 st.ofds.get_mut(&fd).expect("open").lock = Some(exclusive);

@@ -323,7 +323,8 @@ pub trait System: Clock {
     /// the protocol makes none, and leaves them alone).
     fn list(&self, dir: &Self::Dir) -> io::Result<Vec<String>>;
     /// `flock` without blocking: `Ok(true)` when taken, `Ok(false)` when someone else holds a
-    /// conflicting lock.
+    /// conflicting lock. A lock held through `dir` already is converted: in one step where the
+    /// kernel does so (Linux; elsewhere it is let go first), and, not granted, let go.
     fn try_lock(&self, dir: &Self::Dir, exclusive: bool) -> io::Result<bool>;
     /// Drops the `flock` held through `dir`'s open file description, for every descriptor
     /// that shares it (a forked child's copy included), before `dir` is closed.

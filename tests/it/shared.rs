@@ -369,3 +369,64 @@ fn timed_out_and_cancelled_waits_of_readers_and_writers_leave_nothing() {
     again.release().unwrap();
     assert_eq!(fx.entries(), Vec::<String>::new());
 }
+
+/// Readers coming back at once, so that the lock is never without one: a writer that waits
+/// gets in before any reader that came after it (neither joining the readers' lock, nor
+/// taking the lock anew once its last reader retired it), whatever the stream.
+#[test]
+fn a_writer_among_a_stream_of_readers_gets_in_before_readers_that_came_after_it() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    let fx = Fixture::new();
+    let lock = fx.dir().join("x.lock");
+    let (entered, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let writer_in_lock = || {
+        std::fs::read_dir(&lock).is_ok_and(|mut d| {
+            d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("writer.")))
+        })
+    };
+    // The readers stop however the test ends (a failed assertion included).
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, SeqCst);
+        }
+    }
+    std::thread::scope(|s| {
+        let _stop = Stop(&stop);
+        for _ in 0..4 {
+            s.spawn(|| {
+                while !stop.load(SeqCst) {
+                    let g = fx.locks.named_lock("x.lock").shared().wait(Wait::Forever);
+                    let g = g.acquire().unwrap();
+                    entered.fetch_add(1, SeqCst);
+                    std::thread::sleep(Duration::from_millis(3));
+                    g.release().unwrap();
+                }
+            });
+        }
+        for round in 0..20 {
+            std::thread::sleep(Duration::from_millis(20));
+            let writer = s.spawn(|| {
+                let wait = Wait::Timeout(Duration::from_secs(20));
+                let g = fx.locks.named_lock("x.lock").wait(wait).acquire();
+                let after = entered.load(SeqCst);
+                g.map(|g| g.release().unwrap()).map(|()| after)
+            });
+            // Once the writer's entry is in the lock, it holds the writers' flock.
+            while !writer_in_lock() && !writer.is_finished() {
+                std::thread::yield_now();
+            }
+            let before = entered.load(SeqCst);
+            let after = writer
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: the writer never got in: {e}"));
+            // Only readers past their look for writers when it came in may still get in.
+            assert!(
+                after.saturating_sub(before) <= 4,
+                "round {round}: {} readers got in past the waiting writer",
+                after - before
+            );
+        }
+    });
+}

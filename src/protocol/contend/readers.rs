@@ -6,7 +6,7 @@ use super::{Contender, Evidence, Next};
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::owner::Owner;
-use crate::protocol::shared::{self, Join};
+use crate::protocol::shared::{self, Intent, Join};
 use crate::protocol::stage::stage;
 use crate::space::{beacon_free, not_found, Seen};
 use crate::sys::{FileId, Meta, System};
@@ -15,10 +15,19 @@ impl<S: System> Contender<'_, '_, S> {
     /// A reader behind a waiting writer lets it go first, until it is done (won, gave up,
     /// died): `Some` wait while it is not.
     pub(super) fn behind_writer(&mut self) -> Result<Option<Next<S>>, Error> {
-        let Some((writer, id)) = self.behind.take() else {
+        let reads = self.req.options.shared && self.c.as_ref().is_none_or(|c| c.shared);
+        // Kept from the last round, or found now: a reader takes no lock, a new one neither
+        // (once the last reader retired the one the writer waits in), while a writer waits.
+        let found = match self.behind.take() {
+            Some(behind) => Some(behind),
+            None if reads => shared::waiting_writers(self.sp, self.req.name)
+                .map(|w| (w, FileId { dev: 0, ino: 0 })),
+            None => None,
+        };
+        let Some((writer, id)) = found else {
             return Ok(None);
         };
-        if beacon_free(self.sp.sys, &writer, false).unwrap_or(false) {
+        if beacon_free(self.sp.sys, &writer, true).unwrap_or(false) {
             return Ok(None);
         }
         if self.expired() {
@@ -80,25 +89,27 @@ impl<S: System> Contender<'_, '_, S> {
     /// A writer about to wait for the readers of the shared lock `id`: its entry there keeps
     /// new readers out (made once per lock; one in a lock waited for before is taken out).
     pub(super) fn intend(&mut self, id: FileId) -> Result<(), Error> {
-        if self.intent.as_ref().is_some_and(|(_, i, _)| *i == id) {
+        let (sp, req) = (self.sp, self.req);
+        // Held from the first wait to the end: readers stay out also while the writer moves
+        // on to a lock readers took anew (past the writer, before it came).
+        if self.intent.is_none() {
+            self.intent = Some(Intent::new(sp, req.name)?);
+        }
+        let intent = self.intent.as_mut().expect("just made");
+        if intent.entered(id) {
             return Ok(());
         }
-        self.withdraw();
-        let (sp, name) = (self.sp, self.req.name);
-        let Ok(lock) = sp.sys.open_dir_at(sp.dir, name) else {
+        let Ok(lock) = sp.sys.open_dir_at(sp.dir, req.name) else {
             return Ok(()); // gone meanwhile: the wait ends at once
         };
         if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
             return Ok(());
         }
-        let intent = match shared::wait_as_writer(sp, self.req, self.me, &lock) {
-            Ok(intent) => intent,
+        match intent.enter(sp, req, self.me, lock, id) {
             // Retired meanwhile (its last reader left, or a reclaimer took it): the wait ends
             // at once, as above.
-            Err(e) if not_found(&e) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        self.intent = Some((lock, id, intent));
-        Ok(())
+            Err(e) if not_found(&e) => Ok(()),
+            other => other,
+        }
     }
 }

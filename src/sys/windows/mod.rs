@@ -279,6 +279,9 @@ impl System for Real {
         } else {
             SHARE_ALL
         };
+        // A lock held through this handle already is let go first (converted, not in one
+        // step: the other kind's handle would stand in the way of the new one).
+        dir.lock.lock().unwrap_or_else(|e| e.into_inner()).take();
         let path = dir.current_path()?;
         let h = match open(
             &path,

@@ -234,12 +234,19 @@ fn take_left_guard<S: System>(
     Ok(Ok(guard))
 }
 
-/// Under the guard: check that `NAME` is still what `expect` says, retire it, check the
-/// tombstone, reap.
-fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Result<Reclaim, Error> {
-    // What we retire, checked under the guard: `held` keeps the directory open (and, for a
-    // forced removal, its exclusive flock) until it is a tombstone.
-    let (held, id) = match expect {
+/// What a reclaim retires: the directory at `NAME`, kept open (and, for a forced removal or a
+/// shared lock, its exclusive `flock` held) until it is a tombstone, if it is a directory;
+/// and its identity.
+type Checked<D> = (Option<D>, FileId);
+
+/// What a reclaim retires, checked under the guard: `NAME`, still what `expect` says (`None`:
+/// it changed).
+fn checked<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    expect: Expect,
+) -> Result<Option<Checked<S::Dir>>, Error> {
+    Ok(match expect {
         Expect::Token(token) => match sp.observe(name)? {
             // A shared lock's readers stay out while we hold its exclusive `flock`, from this
             // check to the tombstone; not granted, a reader came in: it lives again.
@@ -247,25 +254,31 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
                 if owner.token == token
                     && (!owner.is_shared() || sp.sys.try_lock(&dir, true).unwrap_or(false)) =>
             {
-                (Some(dir), meta.id)
+                Some((Some(dir), meta.id))
             }
-            _ => return Ok(Reclaim::Changed),
+            _ => None,
         },
-        Expect::Dir(id) => {
-            let meta = match sp.sys.meta_at(sp.dir, name) {
-                Ok(m) if m.id == id => m,
-                _ => return Ok(Reclaim::Changed),
-            };
-            if meta.kind == crate::sys::Kind::Dir {
+        Expect::Dir(id) => match sp.sys.meta_at(sp.dir, name) {
+            Ok(m) if m.id == id && m.kind == crate::sys::Kind::Dir => {
                 // Still nobody's beacon: hold it exclusively until it is retired.
                 match sp.sys.open_dir_at(sp.dir, name) {
-                    Ok(dir) if sp.sys.try_lock(&dir, true).unwrap_or(false) => (Some(dir), id),
-                    _ => return Ok(Reclaim::Changed),
+                    Ok(dir) if sp.sys.try_lock(&dir, true).unwrap_or(false) => {
+                        Some((Some(dir), id))
+                    }
+                    _ => None,
                 }
-            } else {
-                (None, id) // a file or symlink where the lock should be
             }
-        }
+            Ok(m) if m.id == id => Some((None, id)), // a file or symlink where the lock should be
+            _ => None,
+        },
+    })
+}
+
+/// Under the guard: check that `NAME` is still what `expect` says, retire it, check the
+/// tombstone, reap.
+fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Result<Reclaim, Error> {
+    let Some((held, id)) = checked(sp, name, expect)? else {
+        return Ok(Reclaim::Changed);
     };
     // A dead owner's lock is named by its token when that is a safe name (unique); anything
     // else read from the record, and a forced removal, get a fresh one.

@@ -45,6 +45,12 @@ pub(crate) enum Script {
         wait: Wait,
         cancel: Option<(u8, u8)>,
     },
+    /// A reader: takes the lock shared `rounds` times and reads for `hold` seconds each time,
+    /// its keeper looking at the record every second (see [`read`]).
+    Reader { rounds: u8, wait: Wait, hold: u8 },
+    /// The reference implementation (see [`reference`](super::reference)): takes the lock
+    /// `rounds` times, waiting for a live holder `tries` times a second at most.
+    Reference { rounds: u8, tries: u8 },
 }
 
 /// What a planted lock's record says.
@@ -162,6 +168,45 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
                 work(sys, wait, grace, recovery, None);
             }
         }
+        Script::Reader { rounds, wait, hold } => {
+            for _ in 0..rounds {
+                read(sys, wait, hold, grace, recovery);
+            }
+        }
+        Script::Reference { rounds, tries } => {
+            for _ in 0..rounds {
+                reference(sys, tries);
+            }
+        }
+    }
+}
+
+impl SimSys {
+    /// Forks: process `child` (a [`Script::Forked`] waiting for it) gets this process's
+    /// descriptors (the same open descriptions: their flocks are shared) and a copy of
+    /// `held`, the lock this process holds. (A child crashed before it is forked was never
+    /// born, nor one that is not there: nothing happens.)
+    pub(crate) fn fork(&self, child: usize, held: &crate::protocol::Held<SimSys>) {
+        self.call(&format!("fork p{child}"), |st, slot| {
+            if st.procs.get(child).is_none_or(|p| !p.alive) {
+                return;
+            }
+            for o in st.ofds.values_mut() {
+                if o.holders.contains(&slot) {
+                    o.holders.push(child);
+                }
+            }
+            st.forks.insert(
+                child,
+                Inherited {
+                    name: held.name.clone(),
+                    owner: held.owner.clone(),
+                    fd: held.beacon.fd,
+                    id: held.id,
+                },
+            );
+            st.bump(PARENT); // the child's wake-up
+        });
     }
 }
 
@@ -234,7 +279,7 @@ fn work(sys: &SimSys, wait: Wait, grace: Duration, recovery: bool, fork_to: Opti
                 report(sys, format!("I9/I1: p{} lost its lock: {e}", sys.slot));
             }
         }
-        Err(e) if e.is_contended() && !recovery => {}
+        Err(e) if e.is_contended() && !recovery => left_nothing(sys, 0),
         Err(Error::Malformed { .. }) if intruded(sys) => {}
         Err(e) => report(sys, format!("p{} failed to acquire: {e}", sys.slot)),
     }
@@ -351,13 +396,26 @@ pub(crate) fn report(sys: &SimSys, what: String) {
     sys.world.lock().violation(what);
 }
 
-/// I1: entering the critical section while another live process is inside is a violation.
+/// I1 and I10: entering the critical section (writing) while another live process is inside
+/// or reads is a violation.
 pub(crate) fn enter(sys: &SimSys) {
     let mut st = sys.world.lock();
     let me = (sys.slot, sys.task.get());
     if let Some((s, t)) = st.inside.iter().copied().find(|(s, _)| st.procs[*s].alive) {
         st.violation(format!(
             "I1: p{}.{} entered while p{s}.{t} is inside",
+            me.0, me.1
+        ));
+    }
+    let reader = st
+        .book
+        .reading
+        .iter()
+        .copied()
+        .find(|(s, _)| st.procs[*s].alive);
+    if let Some((s, t)) = reader {
+        st.violation(format!(
+            "I10: p{}.{} writes while p{s}.{t} reads",
             me.0, me.1
         ));
     }

@@ -1,0 +1,154 @@
+//! Shared locks under simulation: readers beside writers, the reference implementation and
+//! everything else, exhaustively within bounds and at random. Checked besides I1 to I9: I10
+//! (readers and writers exclude each other, and the reference never takes the lock from
+//! readers), I11 (no reader comes in past a waiting writer), I12 (the record names a live
+//! reader and stays fresh, for programs that judge by pid), I7 for shared locks (a reader and
+//! then a writer get the lock after any crash), and nothing left behind by an acquisition that
+//! fails.
+use super::*;
+
+fn reader(rounds: u8, wait: Wait, hold: u8) -> Script {
+    Script::Reader { rounds, wait, hold }
+}
+
+fn writer(wait: Wait) -> Script {
+    Script::Worker { rounds: 1, wait }
+}
+
+fn limit() -> usize {
+    std::env::var("SIM_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
+/// Every schedule, within bounds, of two readers beside a writer: without crashes and with
+/// one preemption; with one crash anywhere (a reader between its shared `flock` and its
+/// entry, mid-leave, a writer with its entry in place, a reclaimer under its guard) and no
+/// preemption; and of a reader that reads for a second (its keeper looking once) beside a
+/// writer and the reference implementation.
+#[test]
+fn readers_beside_a_writer_exhaustively_within_bounds() {
+    let forever = Wait::Forever;
+    let two_readers = vec![
+        reader(1, forever, 0),
+        reader(1, forever, 0),
+        writer(forever),
+    ];
+    let mut explored = Vec::new();
+    let mut cfg = config(two_readers.clone(), Mutant::None);
+    cfg.crashes = 0;
+    cfg.preemptions = Some(1);
+    explored.push(exhaustive(&cfg, limit()).unwrap_or_else(|v| panic!("no crash: {v}")));
+    let mut cfg = config(two_readers, Mutant::None);
+    cfg.crashes_in_all = Some(1);
+    cfg.preemptions = Some(0);
+    explored.push(exhaustive(&cfg, limit()).unwrap_or_else(|v| panic!("a crash: {v}")));
+    let with_reference = vec![
+        reader(1, forever, 1),
+        writer(forever),
+        Script::Reference {
+            rounds: 1,
+            tries: 3,
+        },
+    ];
+    let mut cfg = config(with_reference, Mutant::None);
+    cfg.crashes = 0;
+    cfg.preemptions = Some(1);
+    explored.push(exhaustive(&cfg, limit()).unwrap_or_else(|v| panic!("reference: {v}")));
+    eprintln!("exhaustive with readers: {explored:?} schedules");
+    assert!(
+        explored.iter().all(|n| *n > 100),
+        "the search explored {explored:?}"
+    );
+}
+
+/// Readers (failing fast, waiting, timing out, reading again) beside writers, with crashes,
+/// with and without `flock`, with lost notifications and without pidfd, and beside
+/// everything else: a runtime of tasks, another thread, a sweeper, a temp cleaner, an
+/// operator's unlock, a prober and the reference implementation.
+#[test]
+fn random_schedules_of_readers_writers_and_the_reference() {
+    let t3 = Wait::Timeout(Duration::from_secs(3));
+    let imm = Wait::Immediately;
+    let forever = Wait::Forever;
+    let shapes = vec![
+        vec![
+            reader(2, forever, 0),
+            reader(2, imm, 0),
+            reader(1, t3, 1),
+            writer(forever),
+            writer(t3),
+        ],
+        vec![
+            reader(2, forever, 0),
+            Script::Thread { wait: forever },
+            Script::Tasks {
+                n: 2,
+                wait: forever,
+                cancel: Some((1, 1)),
+            },
+            writer(t3),
+            Script::Sweeper,
+            Script::Cleaner,
+            Script::Reference {
+                rounds: 2,
+                tries: 5,
+            },
+        ],
+        vec![
+            reader(2, forever, 0),
+            reader(1, t3, 2),
+            writer(forever),
+            Script::Unlocker,
+            Script::SweeperNow,
+            Script::Prober,
+        ],
+    ];
+    let mut steps = 0;
+    for scripts in shapes {
+        for (no_flock, lossy, no_pidfd) in [
+            (false, false, false),
+            (false, true, true),
+            (true, false, false),
+        ] {
+            let mut cfg = config(scripts.clone(), Mutant::None);
+            (cfg.no_flock, cfg.lossy, cfg.no_pidfd) = (no_flock, lossy, no_pidfd);
+            steps += random(&cfg, 0..40);
+        }
+    }
+    eprintln!("readers at random: {steps} steps");
+    assert!(steps > 10_000, "only {steps} steps");
+}
+
+/// Readers that read for longer than the keeper's freshness bound and the reference's grace
+/// period, some killed while the record names them, beside the reference implementation
+/// trying every second: the record always names a live reader (or did a moment ago) and never
+/// gets old (I12), so the reference never takes the lock from them (I10); and a writer that
+/// gives up leaves no entry behind.
+#[test]
+fn the_record_of_long_reads_stays_fresh_for_the_reference() {
+    let forever = Wait::Forever;
+    let scripts = vec![
+        reader(1, forever, 65),
+        reader(2, forever, 20),
+        reader(1, forever, 40),
+        writer(Wait::Timeout(Duration::from_secs(10))),
+        Script::Reference {
+            rounds: 1,
+            tries: 90,
+        },
+    ];
+    let mut steps = 0;
+    let mut cfg = config(scripts, Mutant::None);
+    steps += random(&cfg, 0..15);
+    // A named reader killed more often.
+    cfg.crashes = 1;
+    let mut crashy = |seed: u64| {
+        let mut r = Random::new(seed);
+        r.crash_permille = 4;
+        run(&cfg, &mut r).unwrap_or_else(|v| panic!("seed {seed}, crash rate 4:\n{v}"))
+    };
+    steps += (100..110).map(&mut crashy).sum::<usize>();
+    eprintln!("long reads: {steps} steps");
+}

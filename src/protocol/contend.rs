@@ -578,7 +578,13 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
             return Ok(());
         }
-        let entry = shared::wait_as_writer(sp, self.req, self.me, &lock)?;
+        let entry = match shared::wait_as_writer(sp, self.req, self.me, &lock) {
+            Ok(entry) => entry,
+            // Retired meanwhile (its last reader left, or a reclaimer took it): the wait ends
+            // at once, as above.
+            Err(e) if not_found(&e) => return Ok(()),
+            Err(e) => return Err(e),
+        };
         self.intent = Some((lock, id, entry));
         Ok(())
     }

@@ -26,7 +26,8 @@ fn limit() -> usize {
 /// one preemption; with one crash anywhere (a reader between its shared `flock` and its
 /// entry, mid-leave, a writer with its entry in place, a reclaimer under its guard) and no
 /// preemption; and of a reader that reads for a second (its keeper looking once) beside a
-/// writer and the reference implementation.
+/// writer and the reference implementation. After each, a reader and then a writer get the
+/// lock at once (I7).
 #[test]
 fn readers_beside_a_writer_exhaustively_within_bounds() {
     let forever = Wait::Forever;
@@ -40,7 +41,14 @@ fn readers_beside_a_writer_exhaustively_within_bounds() {
     cfg.crashes = 0;
     cfg.preemptions = Some(1);
     explored.push(exhaustive(&cfg, limit()).unwrap_or_else(|v| panic!("no crash: {v}")));
-    let mut cfg = config(two_readers, Mutant::None);
+    // (The first reader sleeps a second while it reads: the others run meanwhile, the writer
+    // puts its entry in and waits.)
+    let one_reads_long = vec![
+        reader(1, forever, 1),
+        reader(1, forever, 0),
+        writer(forever),
+    ];
+    let mut cfg = config(one_reads_long, Mutant::None);
     cfg.crashes_in_all = Some(1);
     cfg.preemptions = Some(0);
     explored.push(exhaustive(&cfg, limit()).unwrap_or_else(|v| panic!("a crash: {v}")));
@@ -151,4 +159,114 @@ fn the_record_of_long_reads_stays_fresh_for_the_reference() {
     };
     steps += (100..110).map(&mut crashy).sum::<usize>();
     eprintln!("long reads: {steps} steps");
+}
+
+/// Two readers and two writers (one writing three times), reading and writing at random,
+/// without crashes: what the regressions below replay.
+fn readers_and_writers() -> Config {
+    let forever = Wait::Forever;
+    let mut scripts = vec![
+        reader(3, forever, 0),
+        reader(3, forever, 0),
+        writer(forever),
+    ];
+    scripts.push(Script::Worker {
+        rounds: 3,
+        wait: forever,
+    });
+    let mut cfg = config(scripts, Mutant::None);
+    cfg.crashes = 0;
+    cfg
+}
+
+/// Found by the simulation (the soak below, shape 0):
+/// - seed 213: a writer about to wait for the readers of a shared lock made its entry in it
+///   just after the last reader had retired and reaped it: `mkdir` failed (not found), and
+///   the acquisition failed with that error instead of looking again.
+#[test]
+fn regressions_of_shared_locks() {
+    let cfg = readers_and_writers();
+    for seed in [213] {
+        if let Err(v) = run(&cfg, &mut Random::new(seed)) {
+            panic!("seed {seed}:\n{v}");
+        }
+    }
+}
+
+/// Random schedules of readers beside writers, of shape `SHAPE` (0 to 4), seeds `FROM` to
+/// `SEEDS`, with `CRASHES` per process, without `flock` when `NO_FLOCK=1`:
+/// `SHAPE=1 CRASHES=1 SEEDS=20000 cargo test --release --lib sim::tests::shared::soak -- --ignored`.
+#[test]
+#[ignore = "soak: run with `cargo test --release --lib sim -- --ignored`"]
+fn soak_readers_and_writers() {
+    let forever = Wait::Forever;
+    let t3 = Wait::Timeout(Duration::from_secs(3));
+    let env = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let (from, seeds) = (env("FROM", 0), env("SEEDS", 2000));
+    let more = |rounds: u32| Script::Worker {
+        rounds,
+        wait: forever,
+    };
+    let mut cfg = match env("SHAPE", 0) {
+        0 => readers_and_writers(),
+        1 => config(
+            vec![
+                reader(3, forever, 0),
+                reader(3, t3, 0),
+                writer(t3),
+                more(3),
+                Script::SweeperNow,
+            ],
+            Mutant::None,
+        ),
+        2 => config(
+            vec![
+                reader(2, forever, 1),
+                reader(3, Wait::Immediately, 0),
+                more(2),
+                Script::Cleaner,
+                Script::Unlocker,
+            ],
+            Mutant::None,
+        ),
+        3 => config(
+            vec![
+                reader(2, forever, 2),
+                reader(2, forever, 0),
+                Script::Thread { wait: forever },
+                Script::Tasks {
+                    n: 2,
+                    wait: t3,
+                    cancel: Some((0, 2)),
+                },
+                Script::Reference {
+                    rounds: 2,
+                    tries: 5,
+                },
+            ],
+            Mutant::None,
+        ),
+        _ => config(
+            vec![
+                reader(3, forever, 0),
+                reader(3, forever, 0),
+                reader(3, forever, 0),
+                writer(forever),
+                writer(forever),
+            ],
+            Mutant::None,
+        ),
+    };
+    cfg.crashes = env("CRASHES", 0) as u32;
+    cfg.no_flock = env("NO_FLOCK", 0) == 1;
+    for seed in from..seeds {
+        if let Err(v) = run(&cfg, &mut Random::new(seed)) {
+            panic!("seed {seed} ({cfg:?}):\n{v}");
+        }
+    }
 }

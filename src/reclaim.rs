@@ -248,11 +248,9 @@ fn checked<S: System>(
 ) -> Result<Option<Checked<S::Dir>>, Error> {
     Ok(match expect {
         Expect::Token(token) => match sp.observe(name)? {
-            // A shared lock's readers stay out while we hold its exclusive `flock`, from this
-            // check to the tombstone; not granted, a reader came in: it lives again.
             Seen::Owned { dir, meta, owner }
                 if owner.token == token
-                    && (!owner.is_shared() || sp.sys.try_lock(&dir, true).unwrap_or(false)) =>
+                    && (!owner.is_shared() || held_alone(sp, &dir, name, meta.id)) =>
             {
                 Some((Some(dir), meta.id))
             }
@@ -272,6 +270,16 @@ fn checked<S: System>(
             _ => None,
         },
     })
+}
+
+/// Whether we hold the shared lock `dir` (at `NAME`, observed as `id`) alone: its readers stay
+/// out while we hold its exclusive `flock`, from the check under the guard to the tombstone
+/// (not granted, a reader came in: it lives again), and `NAME` is still that directory once
+/// we do (its last reader, who needs no guard, may have retired it since we looked, and
+/// another lock may be in its place).
+fn held_alone<S: System>(sp: &Space<S>, dir: &S::Dir, name: &str, id: FileId) -> bool {
+    sp.sys.try_lock(dir, true).unwrap_or(false)
+        && sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == id)
 }
 
 /// Under the guard: check that `NAME` is still what `expect` says, retire it, check the

@@ -10,8 +10,20 @@
 //! a baton back to the scheduler, which picks who runs next (seeded at random, or exhaustively
 //! by depth-first search within a preemption bound) and may crash any process there, as
 //! `SIGKILL` would: its descriptors close (dropping its `flock`s) and its thread unwinds
-//! without touching the model again. After every step the invariants I1 to I9 of the protocol
+//! without touching the model again. After every step the invariants I1 to I12 of the protocol
 //! (`docs/internals.md`, Invariants) are checked against the model's ground truth.
+//!
+//! Shared locks ([`readers`]): readers read for virtual seconds, their keeper looking at the
+//! record every second, beside writers and the reference implementation, modelled step by
+//! step ([`reference`]). I10: nobody writes (a writer, or the reference holding the lock)
+//! while another reads or writes, and nobody moves a shared lock away while it is read. I11:
+//! no reader comes into a shared lock whose live writer's entry was made and locked before the
+//! reader looked for writers. I12: while a reader reads, the record names a live reader (or
+//! one still leaving), or did within a keeper's period and a half; the lock directory never
+//! gets older than the keeper lets it (so the reference, which waits 60 s from there, never
+//! takes the lock from readers); and a named reader that leaves while others read hands the
+//! record over. I7 covers shared locks too: after the crashes, a reader and then a writer get
+//! the lock; and an acquisition that fails or is dropped leaves no entry of its own behind.
 //!
 //! A failing seed prints the violation and the last steps; `SIM_DEBUG=1` also prints every
 //! scheduling decision. Modes: working `flock` (owners judged by their beacon), no `flock`

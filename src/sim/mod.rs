@@ -112,7 +112,7 @@ pub(crate) struct Config {
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
 /// mirror): the first bytes choose 2 to 4 processes and their scripts (a byte from 240 up: a
-/// runtime of tasks; from 224, a prober; from 208, another thread of the process before;
+/// runtime of tasks, readers from 252; from 224, a prober; from 208, another thread of the process before;
 /// from 204, the reference implementation; from 192, a reader) and whether flock works (or an
 /// intruder's empty directory), the rest drive every scheduling decision and crash.
 ///
@@ -127,15 +127,18 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         .map(|i| {
             let b = at(1 + i);
             if let Some(k) = b.checked_sub(240) {
-                // A runtime of two or three tasks, one of whose acquisitions may be dropped.
-                return Script::Tasks {
-                    n: 2 + k % 2,
-                    wait: if k / 2 % 2 == 0 {
-                        Wait::Forever
-                    } else {
-                        Wait::Timeout(Duration::from_secs(3))
-                    },
-                    cancel: (k >= 4).then(|| (k % 2, k / 4 * 2 - 1)),
+                // A runtime of two or three tasks (from 252: readers), one of whose
+                // acquisitions may be dropped.
+                let n = 2 + k % 2;
+                let wait = if k / 2 % 2 == 0 {
+                    Wait::Forever
+                } else {
+                    Wait::Timeout(Duration::from_secs(3))
+                };
+                let cancel = (k >= 4).then(|| (k % 2, k / 4 * 2 - 1));
+                return match k >= 12 {
+                    true => Script::ReaderTasks { n, wait, cancel },
+                    false => Script::Tasks { n, wait, cancel },
                 };
             }
             if b >= 224 {
@@ -272,7 +275,7 @@ pub(crate) fn run(cfg: &Config, strategy: &mut dyn Strategy) -> Result<usize, St
     let readers = cfg
         .scripts
         .iter()
-        .any(|s| matches!(s, Script::Reader { .. }));
+        .any(|s| matches!(s, Script::Reader { .. } | Script::ReaderTasks { .. }));
     // (On FUSE too, without no-replace renames: the reclaim guard is then a file made in place,
     // which only this crate makes, and a crash before it is locked leaves it free to take.)
     if !cfg.no_flock && !planted_evidence && !reference_killed {

@@ -329,7 +329,7 @@ pub(crate) fn read(sys: &SimSys, wait: Wait, hold: u8, grace: Duration, recovery
 
 /// I12, at a reader's release: if the lock it read (inode `lock`) is still there, shared,
 /// and read by others, its record no longer names this reader (`token`).
-fn handed_over(sys: &SimSys, lock: Ino, token: &str) {
+pub(crate) fn handed_over(sys: &SimSys, lock: Ino, token: &str) {
     let mut st = sys.world.lock();
     if st.lookup(st.d(), LOCK).ok() != Some(lock)
         || st.record(lock).is_none_or(|o| o.token != token)

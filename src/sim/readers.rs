@@ -215,6 +215,11 @@ impl State {
     }
 }
 
+/// A live reader that reads now (slot, task), if any.
+pub(crate) fn reading_now(sys: &SimSys) -> Option<(usize, usize)> {
+    sys.world.lock().live_readers().first().copied()
+}
+
 /// Starts an acquisition's bookkeeping: the tokens drawn from now on are its own.
 pub(crate) fn starting(sys: &SimSys, task: usize) {
     let mut st = sys.world.lock();

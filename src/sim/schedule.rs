@@ -306,9 +306,12 @@ impl Scheduler<'_> {
         {
             return false;
         }
+        // (While a prober runs alone, only its own wake-up counts: one that sleeps until
+        // another process acts would wait forever, as a fail-fast acquisition must not.)
         let wake = self
             .slots
             .clone()
+            .filter(|s| st.exclusive.is_none_or(|x| x == *s))
             .filter_map(|s| match st.procs[s].status {
                 Status::Sleeping { until, .. } => until,
                 _ => None,

@@ -22,6 +22,9 @@ pub(crate) enum Script {
     /// acquisition, a few times: the acquisition must succeed exactly when the status says
     /// the lock can be taken ([`Status::takeable`](crate::Status::takeable)).
     Prober,
+    /// A [`Script::Prober`] that lets half a second of virtual time pass before each look, so
+    /// that it looks while others hold the lock, read it or wait for it.
+    SlowProber,
     /// `sweep --grace 0` beside acquisitions.
     SweeperNow,
     /// A temp cleaner (`rm -rf`): removes the whole lock directory whenever no lock is
@@ -156,7 +159,8 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
             Err(e) => report(sys, format!("unlock failed: {e}")),
         },
         Script::Observer => observe(sys, &sp, &me, grace),
-        Script::Prober => probe(sys, &me, grace),
+        Script::Prober => probe(sys, &me, grace, Duration::ZERO),
+        Script::SlowProber => probe(sys, &me, grace, Duration::from_millis(500)),
         Script::Cleaner => {
             for whole in [false, false, true, true] {
                 sys.call(
@@ -313,9 +317,14 @@ fn observe(sys: &SimSys, sp: &Space<SimSys>, me: &Identity, grace: Duration) {
     }
 }
 
-/// A status and a fail-fast acquisition with nothing in between, three times: they agree.
-fn probe(sys: &SimSys, me: &Identity, grace: Duration) {
+/// A status and a fail-fast acquisition with nothing in between, three times, each after
+/// `pause` (of virtual time): they agree, and the status never says a shared lock can be
+/// taken while one of its readers reads.
+fn probe(sys: &SimSys, me: &Identity, grace: Duration, pause: Duration) {
     for _ in 0..3 {
+        if !pause.is_zero() {
+            let _ = sys.sleep(None, Some(pause), None);
+        }
         sys.call("probe (alone)", |st, slot| st.exclusive = Some(slot));
         let root = sys.lock_dir();
         let sp = space(sys, &root);
@@ -331,7 +340,16 @@ fn probe(sys: &SimSys, me: &Identity, grace: Duration) {
             Ok(_) => (true, "took it".to_owned()),
             Err(e) => (false, format!("failed: {e}")),
         };
+        let reader = reading_now(sys);
         match status {
+            Ok(s) if s.takeable() && reader.is_some() => {
+                let (r, t) = reader.unwrap_or_default();
+                let state = &s.state;
+                report(
+                    sys,
+                    format!("I6: a status says the lock can be taken ({state:?}) while p{r}.{t} reads it"),
+                )
+            }
             Ok(s) if s.takeable() != took => report(
                 sys,
                 format!(

@@ -126,7 +126,7 @@ fn random_schedules_of_readers_writers_and_the_reference() {
             writer(forever),
             Script::Unlocker,
             Script::SweeperNow,
-            Script::Prober,
+            Script::SlowProber,
         ],
         vec![
             Script::ReaderTasks {

@@ -1,7 +1,7 @@
 //! The stateful target: the bytes choose two to four simulated processes (workers that fail
-//! fast, wait or time out, sweepers, unlockers, an intruder) and drive every scheduling
-//! decision and crash of the real protocol code over the in-memory system; every invariant is
-//! checked after every step.
+//! fast, wait or time out, readers, the reference implementation, sweepers, unlockers, an
+//! intruder) and drive every scheduling decision and crash of the real protocol code over the
+//! in-memory system; every invariant is checked after every step.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

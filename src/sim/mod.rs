@@ -10,8 +10,20 @@
 //! a baton back to the scheduler, which picks who runs next (seeded at random, or exhaustively
 //! by depth-first search within a preemption bound) and may crash any process there, as
 //! `SIGKILL` would: its descriptors close (dropping its `flock`s) and its thread unwinds
-//! without touching the model again. After every step the invariants I1 to I9 of the protocol
+//! without touching the model again. After every step the invariants I1 to I12 of the protocol
 //! (`docs/internals.md`, Invariants) are checked against the model's ground truth.
+//!
+//! Shared locks ([`readers`]): readers read for virtual seconds, their keeper looking at the
+//! record every second, beside writers and the reference implementation, modelled step by
+//! step ([`reference`]). I10: nobody writes (a writer, or the reference holding the lock)
+//! while another reads or writes, and nobody moves a shared lock away while it is read. I11:
+//! no reader comes into a shared lock whose live writer's entry was made and locked before the
+//! reader looked for writers. I12: while a reader reads, the record names a live reader (or
+//! one still leaving), or did within a keeper's period and a half; the lock directory never
+//! gets older than the keeper lets it (so the reference, which waits 60 s from there, never
+//! takes the lock from readers); and a named reader that leaves while others read hands the
+//! record over. I7 covers shared locks too: after the crashes, a reader and then a writer get
+//! the lock; and an acquisition that fails or is dropped leaves no entry of its own behind.
 //!
 //! A failing seed prints the violation and the last steps; `SIM_DEBUG=1` also prints every
 //! scheduling decision. Modes: working `flock` (owners judged by their beacon), no `flock`
@@ -34,6 +46,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod model;
+mod readers;
+mod reference;
 mod schedule;
 mod scripts;
 mod system;
@@ -42,6 +56,8 @@ mod tasks;
 mod tests;
 
 use model::*;
+use readers::*;
+use reference::*;
 use schedule::*;
 use scripts::*;
 use system::*;
@@ -77,6 +93,8 @@ pub(crate) struct Config {
     pub grace: Duration,
     /// Crashes allowed per process.
     pub crashes: u32,
+    /// Crashes allowed in all (None: only the bound per process).
+    pub crashes_in_all: Option<u32>,
     /// Context switches away from a runnable process allowed (None: unbounded).
     pub preemptions: Option<u32>,
     /// Simulate a filesystem without flock.
@@ -94,9 +112,9 @@ pub(crate) struct Config {
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
 /// mirror): the first bytes choose 2 to 4 processes and their scripts (a byte from 240 up: a
-/// runtime of tasks; from 224, a prober; from 208, another thread of the process before)
-/// and whether flock works (or an intruder's empty directory), the rest
-/// drive every scheduling decision and crash.
+/// runtime of tasks, readers from 252; from 224, a prober; from 208, another thread of the process before;
+/// from 204, the reference implementation; from 192, a reader) and whether flock works (or an
+/// intruder's empty directory), the rest drive every scheduling decision and crash.
 ///
 /// # Errors
 ///
@@ -109,15 +127,18 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         .map(|i| {
             let b = at(1 + i);
             if let Some(k) = b.checked_sub(240) {
-                // A runtime of two or three tasks, one of whose acquisitions may be dropped.
-                return Script::Tasks {
-                    n: 2 + k % 2,
-                    wait: if k / 2 % 2 == 0 {
-                        Wait::Forever
-                    } else {
-                        Wait::Timeout(Duration::from_secs(3))
-                    },
-                    cancel: (k >= 4).then(|| (k % 2, k / 4 * 2 - 1)),
+                // A runtime of two or three tasks (from 252: readers), one of whose
+                // acquisitions may be dropped.
+                let n = 2 + k % 2;
+                let wait = if k / 2 % 2 == 0 {
+                    Wait::Forever
+                } else {
+                    Wait::Timeout(Duration::from_secs(3))
+                };
+                let cancel = (k >= 4).then(|| (k % 2, k / 4 * 2 - 1));
+                return match k >= 12 {
+                    true => Script::ReaderTasks { n, wait, cancel },
+                    false => Script::Tasks { n, wait, cancel },
                 };
             }
             if b >= 224 {
@@ -131,6 +152,24 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
                     } else {
                         Wait::Immediately
                     },
+                };
+            }
+            if let Some(k) = b.checked_sub(204) {
+                return Script::Reference {
+                    rounds: 1 + k % 2,
+                    tries: if k < 2 { 3 } else { 30 },
+                };
+            }
+            if let Some(k) = b.checked_sub(192) {
+                // A reader, reading for an instant or past the keeper's freshness bound.
+                return Script::Reader {
+                    rounds: 1 + k % 2,
+                    wait: [
+                        Wait::Forever,
+                        Wait::Immediately,
+                        Wait::Timeout(Duration::from_secs(3)),
+                    ][k as usize / 2 % 3],
+                    hold: if k < 6 { 0 } else { 18 },
                 };
             }
             match b % 12 {
@@ -171,11 +210,15 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
     let fuse = at(5) % 4 == 1;
     // On a filesystem without no-replace renames, a plain rename replaces an empty directory
     // at the lock path: an intruder's empty directory there is a known limit (docs/limits.md), not a
-    // finding.
+    // finding; and the reference always renames plainly.
+    let plain = fuse
+        || scripts
+            .iter()
+            .any(|s| matches!(s, Script::Reference { .. }));
     let mut scripts: Vec<Script> = scripts
         .into_iter()
         .map(|s| match s {
-            Script::Intruder if fuse => Script::Observer,
+            Script::Intruder if plain => Script::Observer,
             s => s,
         })
         .collect();
@@ -190,6 +233,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         mutant: Mutant::None,
         grace: Duration::from_secs(5),
         crashes: 1,
+        crashes_in_all: None,
         preemptions: None,
         no_flock: at(5) % 4 == 0,
         fuse,
@@ -221,14 +265,25 @@ pub(crate) fn run(cfg: &Config, strategy: &mut dyn Strategy) -> Result<usize, St
         Script::Planter(p) => p.evidence_only(cfg.no_flock),
         _ => false,
     });
+    // (A killed reference leaves a lock or a guard judged by its pid or age alone.)
+    let reference_killed = cfg
+        .scripts
+        .iter()
+        .enumerate()
+        .any(|(i, s)| matches!(s, Script::Reference { .. }) && world.lock().procs[i].crashed);
+    // Shared locks: acquirable again by a reader too.
+    let readers = cfg
+        .scripts
+        .iter()
+        .any(|s| matches!(s, Script::Reader { .. } | Script::ReaderTasks { .. }));
     // (On FUSE too, without no-replace renames: the reclaim guard is then a file made in place,
     // which only this crate makes, and a crash before it is locked leaves it free to take.)
-    if !cfg.no_flock && !planted_evidence {
-        steps += recover_at_once(&world, &recovery);
+    if !cfg.no_flock && !planted_evidence && !reference_killed {
+        steps += recover_at_once(&world, &recovery, readers);
     }
     // I7: whatever happened, the lock is acquirable again by itself once the grace period has
     // passed, and a sweep leaves no candidate or tombstone behind.
-    steps += recover_after_the_grace_period(&world, &recovery);
+    steps += recover_after_the_grace_period(&world, &recovery, readers);
     let st = world.lock();
     if st.violations.is_empty() {
         Ok(steps)
@@ -269,6 +324,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             exclusive: None,
             owned: Default::default(),
             forks: HashMap::new(),
+            book: Book::default(),
         }),
         cv: Condvar::new(),
     });
@@ -294,8 +350,9 @@ fn new_world(cfg: &Config) -> Arc<World> {
 }
 
 /// With flock, before the clock may pass the grace period: no crash left the reclaim guard
-/// unmarked (only the grace period could clear it), and a new worker gets the lock.
-fn recover_at_once(world: &Arc<World>, recovery: &Config) -> usize {
+/// unmarked (only the grace period could clear it), and a new worker gets the lock (after a
+/// new reader, where `readers` read).
+fn recover_at_once(world: &Arc<World>, recovery: &Config, readers: bool) -> usize {
     let first = {
         let mut st = world.lock();
         let unmarked = st.lookup(st.d(), &guard_name(LOCK)).is_ok_and(|g| {
@@ -307,11 +364,8 @@ fn recover_at_once(world: &Arc<World>, recovery: &Config) -> usize {
         }
         st.procs.len()
     };
-    let worker = Script::Worker {
-        rounds: 1,
-        wait: Wait::Timeout(recovery.grace / 2),
-    };
-    let steps = schedule_from(world, &[worker], first, recovery, &mut Random::new(1), true);
+    let wait = Wait::Timeout(recovery.grace / 2);
+    let steps = recover(world, first, recovery, readers, wait);
     let mut st = world.lock();
     if st
         .violations
@@ -327,18 +381,21 @@ fn recover_at_once(world: &Arc<World>, recovery: &Config) -> usize {
 
 /// Past the grace period (and the floor under which a sweep leaves a candidate without a
 /// record alone), a new worker gets the lock and its sweep leaves no candidate or tombstone.
-fn recover_after_the_grace_period(world: &Arc<World>, recovery: &Config) -> usize {
+fn recover_after_the_grace_period(world: &Arc<World>, recovery: &Config, readers: bool) -> usize {
     let first = {
         let mut st = world.lock();
         st.mono += recovery.grace.max(crate::sweep::STAGING_FLOOR) + Duration::from_secs(1);
         st.inside.clear();
+        st.book.reading.clear();
         st.procs.len()
     };
-    let worker = Script::Worker {
-        rounds: 1,
-        wait: Wait::Timeout(recovery.grace * 4),
-    };
-    let steps = schedule_from(world, &[worker], first, recovery, &mut Random::new(1), true);
+    let steps = recover(
+        world,
+        first,
+        recovery,
+        readers,
+        Wait::Timeout(recovery.grace * 4),
+    );
     let mut st = world.lock();
     let left: Vec<String> = st
         .dir_entries(st.d())
@@ -358,4 +415,22 @@ fn recover_after_the_grace_period(world: &Arc<World>, recovery: &Config) -> usiz
         st.violation(format!("I7: a sweep after recovery left {left:?}"));
     }
     steps
+}
+
+/// A recovery: a new reader (where `readers` read) and then a new worker, from slot `first`,
+/// each waiting as `wait` says, get the lock (each reports it if it does not).
+fn recover(world: &Arc<World>, first: usize, cfg: &Config, readers: bool, wait: Wait) -> usize {
+    let mut steps = 0;
+    let mut first = first;
+    if readers {
+        let reader = Script::Reader {
+            rounds: 1,
+            wait,
+            hold: 0,
+        };
+        steps += schedule_from(world, &[reader], first, cfg, &mut Random::new(1), true);
+        first += 1;
+    }
+    let worker = Script::Worker { rounds: 1, wait };
+    steps + schedule_from(world, &[worker], first, cfg, &mut Random::new(1), true)
 }

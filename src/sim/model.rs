@@ -179,6 +179,8 @@ pub(crate) struct State {
     pub(crate) owned: std::collections::HashSet<(usize, String)>,
     /// What a forked child (by slot) inherited of the lock its parent held at the fork.
     pub(crate) forks: HashMap<usize, Inherited>,
+    /// Who reads shared locks, and what I10 to I12 need to know of them.
+    pub(crate) book: Book,
 }
 
 /// A lock a forked child finds in its copy of its parent's memory: the parent's `Held`.
@@ -450,6 +452,7 @@ impl State {
             }
             self.close_all(s);
             self.inside.retain(|(i, _)| *i != s);
+            self.book.gone(s);
         }
         self.trace.push(format!("CRASH p{slot}"));
     }
@@ -481,6 +484,7 @@ impl State {
     /// complete, private record. And of a process's tasks, only the head of its queue
     /// contends: no two tasks of one process have a candidate or a lock at once.
     pub(crate) fn check(&mut self) {
+        self.check_readers();
         let entries: Vec<(String, Ino)> = match self.dir_entries(self.d()) {
             Ok(e) => e.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             Err(_) => return,
@@ -488,7 +492,9 @@ impl State {
         let mut contending: Vec<(usize, usize)> = entries
             .iter()
             .filter(|(n, _)| matches!(classify(n), Entry::Lock(_) | Entry::Candidate { .. }))
-            .filter_map(|(_, ino)| self.tokens.get(&self.record(*ino)?.token).copied())
+            .filter_map(|(_, ino)| self.record(*ino))
+            .filter(|o| !o.is_shared())
+            .filter_map(|o| self.tokens.get(&o.token).copied())
             .collect();
         contending.sort_unstable();
         contending.dedup();

@@ -153,9 +153,15 @@ fn add_processes(world: &World, first: usize, scripts: &[Script], recovery: bool
             st.procs.push(Proc::new(pid, start, process));
             continue;
         }
+        // (Not the reference's: its records do not say their pid namespace, and one naming
+        // the judge's own pid cannot be judged.)
         let reused = recovery
-            .then(|| st.procs.iter().find(|p| p.crashed).map(|p| p.pid))
-            .flatten();
+            .then(|| {
+                let mut crashed = st.procs.iter().enumerate().filter(|(_, p)| p.crashed);
+                crashed.find(|(s, _)| !st.book.references.contains(s))
+            })
+            .flatten()
+            .map(|(_, p)| p.pid);
         let pid = reused.unwrap_or(100 + slot as u32);
         st.procs.push(Proc::new(pid, 1000 + slot as u64, slot));
     }
@@ -300,9 +306,12 @@ impl Scheduler<'_> {
         {
             return false;
         }
+        // (While a prober runs alone, only its own wake-up counts: one that sleeps until
+        // another process acts would wait forever, as a fail-fast acquisition must not.)
         let wake = self
             .slots
             .clone()
+            .filter(|s| st.exclusive.is_none_or(|x| x == *s))
             .filter_map(|s| match st.procs[s].status {
                 Status::Sleeping { until, .. } => until,
                 _ => None,
@@ -363,7 +372,11 @@ impl Scheduler<'_> {
             None => options.extend(runnable.iter().map(|s| Choice::Run(*s))),
         }
         let runs = options.len();
-        if !self.recovery && st.exclusive.is_none() {
+        let in_all = self.crashes.iter().sum::<u32>();
+        if !self.recovery
+            && st.exclusive.is_none()
+            && self.cfg.crashes_in_all.is_none_or(|n| in_all < n)
+        {
             for s in self.slots.clone() {
                 let p = &st.procs[s];
                 if p.alive && p.status != Status::Done && self.crashes[s] < self.cfg.crashes {

@@ -22,6 +22,11 @@ pub(crate) enum Script {
     /// acquisition, a few times: the acquisition must succeed exactly when the status says
     /// the lock can be taken ([`Status::takeable`](crate::Status::takeable)).
     Prober,
+    /// A [`Script::Prober`] that lets half a second of virtual time pass before each look, so
+    /// that it looks while others hold the lock, read it or wait for it. (The tests' only:
+    /// the fuzz mapping has no byte for it yet.)
+    #[cfg_attr(not(test), allow(dead_code))]
+    SlowProber,
     /// `sweep --grace 0` beside acquisitions.
     SweeperNow,
     /// A temp cleaner (`rm -rf`): removes the whole lock directory whenever no lock is
@@ -45,6 +50,19 @@ pub(crate) enum Script {
         wait: Wait,
         cancel: Option<(u8, u8)>,
     },
+    /// A runtime of `n` reader tasks, as [`Script::Tasks`]: they read together, each with its
+    /// own entry.
+    ReaderTasks {
+        n: u8,
+        wait: Wait,
+        cancel: Option<(u8, u8)>,
+    },
+    /// A reader: takes the lock shared `rounds` times and reads for `hold` seconds each time,
+    /// its keeper looking at the record every second (see [`read`]).
+    Reader { rounds: u8, wait: Wait, hold: u8 },
+    /// The reference implementation (see [`reference`](super::reference)): takes the lock
+    /// `rounds` times, waiting for a live holder `tries` times a second at most.
+    Reference { rounds: u8, tries: u8 },
 }
 
 /// What a planted lock's record says.
@@ -143,7 +161,8 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
             Err(e) => report(sys, format!("unlock failed: {e}")),
         },
         Script::Observer => observe(sys, &sp, &me, grace),
-        Script::Prober => probe(sys, &me, grace),
+        Script::Prober => probe(sys, &me, grace, Duration::ZERO),
+        Script::SlowProber => probe(sys, &me, grace, Duration::from_millis(500)),
         Script::Cleaner => {
             for whole in [false, false, true, true] {
                 sys.call(
@@ -156,12 +175,52 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
         Script::Planter(plant) => plant_lock(sys, plant),
         Script::Forker { wait } => work(sys, wait, grace, recovery, Some(sys.slot + 1)),
         Script::Forked => forked(sys, grace),
-        Script::Tasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel),
+        Script::Tasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel, false),
+        Script::ReaderTasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel, true),
         Script::Thread { wait } => {
             for _ in 0..2 {
                 work(sys, wait, grace, recovery, None);
             }
         }
+        Script::Reader { rounds, wait, hold } => {
+            for _ in 0..rounds {
+                read(sys, wait, hold, grace, recovery);
+            }
+        }
+        Script::Reference { rounds, tries } => {
+            for _ in 0..rounds {
+                reference(sys, tries);
+            }
+        }
+    }
+}
+
+impl SimSys {
+    /// Forks: process `child` (a [`Script::Forked`] waiting for it) gets this process's
+    /// descriptors (the same open descriptions: their flocks are shared) and a copy of
+    /// `held`, the lock this process holds. (A child crashed before it is forked was never
+    /// born, nor one that is not there: nothing happens.)
+    pub(crate) fn fork(&self, child: usize, held: &crate::protocol::Held<SimSys>) {
+        self.call(&format!("fork p{child}"), |st, slot| {
+            if st.procs.get(child).is_none_or(|p| !p.alive) {
+                return;
+            }
+            for o in st.ofds.values_mut() {
+                if o.holders.contains(&slot) {
+                    o.holders.push(child);
+                }
+            }
+            st.forks.insert(
+                child,
+                Inherited {
+                    name: held.name.clone(),
+                    owner: held.owner.clone(),
+                    fd: held.beacon.fd,
+                    id: held.id,
+                },
+            );
+            st.bump(PARENT); // the child's wake-up
+        });
     }
 }
 
@@ -235,7 +294,7 @@ fn work(sys: &SimSys, wait: Wait, grace: Duration, recovery: bool, fork_to: Opti
                 report(sys, format!("I9/I1: p{} lost its lock: {e}", sys.slot));
             }
         }
-        Err(e) if e.is_contended() && !recovery => {}
+        Err(e) if e.is_contended() && !recovery => left_nothing(sys, 0),
         Err(Error::Malformed { .. }) if intruded(sys) => {}
         Err(e) => report(sys, format!("p{} failed to acquire: {e}", sys.slot)),
     }
@@ -261,9 +320,14 @@ fn observe(sys: &SimSys, sp: &Space<SimSys>, me: &Identity, grace: Duration) {
     }
 }
 
-/// A status and a fail-fast acquisition with nothing in between, three times: they agree.
-fn probe(sys: &SimSys, me: &Identity, grace: Duration) {
+/// A status and a fail-fast acquisition with nothing in between, three times, each after
+/// `pause` (of virtual time): they agree, and the status never says a shared lock can be
+/// taken while one of its readers reads.
+fn probe(sys: &SimSys, me: &Identity, grace: Duration, pause: Duration) {
     for _ in 0..3 {
+        if !pause.is_zero() {
+            let _ = sys.sleep(None, Some(pause), None);
+        }
         sys.call("probe (alone)", |st, slot| st.exclusive = Some(slot));
         let root = sys.lock_dir();
         let sp = space(sys, &root);
@@ -279,7 +343,16 @@ fn probe(sys: &SimSys, me: &Identity, grace: Duration) {
             Ok(_) => (true, "took it".to_owned()),
             Err(e) => (false, format!("failed: {e}")),
         };
+        let reader = reading_now(sys);
         match status {
+            Ok(s) if s.takeable() && reader.is_some() => {
+                let (r, t) = reader.unwrap_or_default();
+                let state = &s.state;
+                report(
+                    sys,
+                    format!("I6: a status says the lock can be taken ({state:?}) while p{r}.{t} reads it"),
+                )
+            }
             Ok(s) if s.takeable() != took => report(
                 sys,
                 format!(
@@ -352,13 +425,26 @@ pub(crate) fn report(sys: &SimSys, what: String) {
     sys.world.lock().violation(what);
 }
 
-/// I1: entering the critical section while another live process is inside is a violation.
+/// I1 and I10: entering the critical section (writing) while another live process is inside
+/// or reads is a violation.
 pub(crate) fn enter(sys: &SimSys) {
     let mut st = sys.world.lock();
     let me = (sys.slot, sys.task.get());
     if let Some((s, t)) = st.inside.iter().copied().find(|(s, _)| st.procs[*s].alive) {
         st.violation(format!(
             "I1: p{}.{} entered while p{s}.{t} is inside",
+            me.0, me.1
+        ));
+    }
+    let reader = st
+        .book
+        .reading
+        .iter()
+        .copied()
+        .find(|(s, _)| st.procs[*s].alive);
+    if let Some((s, t)) = reader {
+        st.violation(format!(
+            "I10: p{}.{} writes while p{s}.{t} reads",
             me.0, me.1
         ));
     }

@@ -66,33 +66,6 @@ impl SimSys {
         }
     }
 
-    /// Forks: process `child` (a [`Script::Forked`] waiting for it) gets this process's
-    /// descriptors (the same open descriptions: their flocks are shared) and a copy of
-    /// `held`, the lock this process holds. (A child crashed before it is forked was never
-    /// born, nor one that is not there: nothing happens.)
-    pub(crate) fn fork(&self, child: usize, held: &crate::protocol::Held<SimSys>) {
-        self.call(&format!("fork p{child}"), |st, slot| {
-            if st.procs.get(child).is_none_or(|p| !p.alive) {
-                return;
-            }
-            for o in st.ofds.values_mut() {
-                if o.holders.contains(&slot) {
-                    o.holders.push(child);
-                }
-            }
-            st.forks.insert(
-                child,
-                Inherited {
-                    name: held.name.clone(),
-                    owner: held.owner.clone(),
-                    fd: held.beacon.fd,
-                    id: held.id,
-                },
-            );
-            st.bump(PARENT); // the child's wake-up
-        });
-    }
-
     /// Opens the lock directory, making it (mode 0700) if a cleaner removed it, as
     /// `Locks` does.
     pub(crate) fn lock_dir(&self) -> Arc<SimDir> {
@@ -183,6 +156,13 @@ impl System for SimSys {
         let fd = self.call(&format!("open {name}"), |st, slot| {
             check_name(name)?;
             let dir = self.ino(st, at)?;
+            if matches!(classify(name), Entry::Writers { .. }) {
+                // A reader's look for waiting writers, for I11 (at the lock now published).
+                if let Ok(lock) = st.lookup(st.d(), LOCK) {
+                    let step = st.trace.len();
+                    st.book.listed.insert((slot, self.task.get(), lock), step);
+                }
+            }
             let ino = st.lookup(dir, name)?;
             match st.inodes[&ino].node {
                 Node::Dir(_) => Ok(st.open(slot, ino)),
@@ -193,11 +173,12 @@ impl System for SimSys {
     }
 
     fn mkdir_at(&self, at: &SimDir, name: &str) -> io::Result<()> {
-        self.call(&format!("mkdir {name}"), |st, _| {
+        self.call(&format!("mkdir {name}"), |st, slot| {
             check_name(name)?;
             let dir = self.ino(st, at)?;
-            st.create(dir, name, Node::Dir(BTreeMap::new()), 0o700)
-                .map(drop)
+            st.create(dir, name, Node::Dir(BTreeMap::new()), 0o700)?;
+            st.came_in(slot, self.task.get(), dir, name);
+            Ok(())
         })
     }
 
@@ -341,25 +322,7 @@ impl System for SimSys {
                 st.inodes.remove(&dst);
             }
             if let Entry::Lock(lock) = classify(from) {
-                // Moving a lock away: only its holder, or the single guard holder for a dead
-                // owner (I4, I5, I6).
-                let token_slot = st
-                    .record(src)
-                    .and_then(|o| st.tokens.get(&o.token).map(|(slot, _)| *slot));
-                if token_slot != Some(slot) {
-                    if !st.holds_guard(slot, &lock) {
-                        st.violation(format!(
-                            "I5: p{slot} moved {lock} away without holding its guard"
-                        ));
-                    }
-                    if let Some(owner) = token_slot {
-                        if st.procs[owner].alive {
-                            st.violation(format!(
-                                "I6: p{slot} moved away the lock of live p{owner}"
-                            ));
-                        }
-                    }
-                }
+                st.moving(slot, self.task.get(), src, &lock);
             }
             let entries = st.dir_entries_mut(dir)?;
             entries.remove(from);
@@ -460,8 +423,10 @@ impl System for SimSys {
     }
 
     fn list(&self, dir: &SimDir) -> io::Result<Vec<String>> {
-        self.call("list", |st, _| {
+        self.call("list", |st, slot| {
             let ino = self.ino(st, dir)?;
+            let step = st.trace.len();
+            st.book.listed.insert((slot, self.task.get(), ino), step);
             Ok(st.dir_entries(ino)?.keys().cloned().collect())
         })
     }
@@ -470,7 +435,7 @@ impl System for SimSys {
         let fd = dir.fd;
         self.call(
             &format!("flock {}", if exclusive { "EX" } else { "SH" }),
-            |st, _| {
+            |st, slot| {
                 let ino = self.ino(st, dir)?;
                 if st.no_flock {
                     return Err(errno(ENOLCK));
@@ -482,6 +447,8 @@ impl System for SimSys {
                     return Ok(false);
                 }
                 st.ofds.get_mut(&fd).expect("open").lock = Some(exclusive);
+                st.book
+                    .locked(slot, self.task.get(), ino, exclusive, st.trace.len());
                 Ok(true)
             },
         )

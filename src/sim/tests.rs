@@ -1,6 +1,8 @@
 //! The simulation's own tests: exhaustive and random schedules, hostile input, observers.
 use super::*;
 
+mod shared;
+
 fn workers(n: usize, wait: Wait) -> Vec<Script> {
     vec![Script::Worker { rounds: 2, wait }; n]
 }
@@ -11,6 +13,7 @@ fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
         mutant,
         grace: Duration::from_secs(5),
         crashes: 1,
+        crashes_in_all: None,
         preemptions: None,
         no_flock: false,
         fuse: false,

@@ -112,7 +112,7 @@ pub(crate) struct Config {
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
 /// mirror): the first bytes choose 2 to 4 processes and their scripts (a byte from 240 up: a
-/// runtime of tasks, readers from 252; from 224, a prober; from 208, another thread of the process before;
+/// runtime of tasks, readers from 252; from 224, a prober, slow at odd bytes; from 208, another thread of the process before;
 /// from 204, the reference implementation; from 192, a reader) and whether flock works (or an
 /// intruder's empty directory), the rest drive every scheduling decision and crash.
 ///
@@ -142,7 +142,10 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
                 };
             }
             if b >= 224 {
-                return Script::Prober;
+                return match b % 2 {
+                    0 => Script::Prober,
+                    _ => Script::SlowProber,
+                };
             }
             if b >= 208 {
                 // Another thread of the process before it.

@@ -153,15 +153,15 @@ fn add_processes(world: &World, first: usize, scripts: &[Script], recovery: bool
             st.procs.push(Proc::new(pid, start, process));
             continue;
         }
-        // (Not the reference's: its records do not say their pid namespace, and one naming
-        // the judge's own pid cannot be judged.)
+        // (Not the reference's, nor that of another thread of its process: its records do not
+        // say their pid namespace, and one naming the judge's own pid cannot be judged.)
         let reused = recovery
             .then(|| {
-                let mut crashed = st.procs.iter().enumerate().filter(|(_, p)| p.crashed);
-                crashed.find(|(s, _)| !st.book.references.contains(s))
+                let mut crashed = st.procs.iter().filter(|p| p.crashed);
+                crashed.find(|p| !st.book.references.contains(&p.process))
             })
             .flatten()
-            .map(|(_, p)| p.pid);
+            .map(|p| p.pid);
         let pid = reused.unwrap_or(100 + slot as u32);
         st.procs.push(Proc::new(pid, 1000 + slot as u64, slot));
     }

@@ -23,9 +23,7 @@ pub(crate) enum Script {
     /// the lock can be taken ([`Status::takeable`](crate::Status::takeable)).
     Prober,
     /// A [`Script::Prober`] that lets half a second of virtual time pass before each look, so
-    /// that it looks while others hold the lock, read it or wait for it. (The tests' only:
-    /// the fuzz mapping has no byte for it yet.)
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// that it looks while others hold the lock, read it or wait for it.
     SlowProber,
     /// `sweep --grace 0` beside acquisitions.
     SweeperNow,

@@ -143,9 +143,11 @@ fn readers_and_writers_under_sigkill() {
     let (mut last_len, mut last_growth, mut stall) = (0, Instant::now(), Duration::ZERO);
     let (mut kills, mut named_kills, mut failed) = (0, 0, Vec::new());
     let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    // Four seconds, and on (a loaded machine starts workers slowly) until enough happened
+    // to prove anything, at most half a minute more.
     let end = Instant::now() + Duration::from_secs(4);
-    while Instant::now() < end || log_len() < 2000 && Instant::now() < end + Duration::from_secs(30)
-    {
+    let enough = |kills: usize| kills > 20 && log_len() >= 2000;
+    while Instant::now() < end || !enough(kills) && Instant::now() < end + Duration::from_secs(30) {
         std::thread::sleep(Duration::from_millis(20 + rng % 40));
         rng ^= rng << 13;
         rng ^= rng >> 7;

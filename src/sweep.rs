@@ -52,6 +52,13 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
                     Swept::Removed
                 }
                 Ok(_) => Swept::Kept("a writer waits for the lock's readers".into()),
+                // Not a directory: nothing dirlock made, and it would stop every writer.
+                Err(e) if crate::space::is_not_dir(&e) => {
+                    match sp.sys.remove_file_at(sp.dir, &entry) {
+                        Ok(()) => Swept::Removed,
+                        Err(e) => Swept::Kept(format!("it could not be removed: {e}")),
+                    }
+                }
                 Err(_) => Swept::Untouched,
             },
             _ => Swept::Untouched,

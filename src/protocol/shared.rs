@@ -257,6 +257,15 @@ fn hold_writers<S: System>(sp: &Space<S>, name: &str) -> Result<S::Dir, Error> {
         let writers = match sp.sys.open_made_dir_at(sp.dir, &wname) {
             Ok(w) => w,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if crate::space::is_not_dir(&e) => {
+                return Err(Error::Unsafe {
+                    path: sp.entry(&wname),
+                    problem: "it is a file or a symbolic link, where dirlock keeps a directory \
+                              for the writers that wait for the lock's readers"
+                        .into(),
+                    fix: "remove it (no process needs it; `dirlock sweep` does)".into(),
+                })
+            }
             Err(e) => return Err(failed(e)),
         };
         if lock_past_peekers(sp, &writers, &wname, false, "put a waiting writer in")? != Some(true)

@@ -430,3 +430,33 @@ fn a_writer_among_a_stream_of_readers_gets_in_before_readers_that_came_after_it(
         }
     });
 }
+
+/// A file planted where waiting writers keep their directory (`NAME.writers`) stops a writer
+/// with an error that names it and the fix, and a sweep removes it.
+#[test]
+fn a_file_where_the_waiting_writers_directory_goes_is_named_and_swept() {
+    let fx = Fixture::new();
+    let planted = fx.dir().join("x.lock.writers");
+    std::fs::write(&planted, "").unwrap();
+    let r = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let err = fx
+        .locks
+        .named_lock("x.lock")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .unwrap_err();
+    match &err {
+        Error::Unsafe { path, fix, .. } => {
+            assert_eq!(path, &planted);
+            assert!(fix.contains("remove it"), "{fix}");
+        }
+        other => panic!("expected Unsafe, got {other:?}"),
+    }
+    r.release();
+    let swept = fx.locks.sweep(Duration::ZERO).unwrap();
+    assert!(
+        swept.removed.iter().any(|n| n == "x.lock.writers"),
+        "{swept:?}"
+    );
+    assert!(!planted.exists());
+}

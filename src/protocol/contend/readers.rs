@@ -30,7 +30,29 @@ impl<S: System> Contender<'_, '_, S> {
         if beacon_free(self.sp.sys, &writer, true).unwrap_or(false) {
             return Ok(None);
         }
-        if self.expired() {
+        // Who holds the lock, for the caller's `on_wait` and the words of giving up: the
+        // lock's record, and why a reader does not come in.
+        let (expired, tell) = (
+            self.expired(),
+            self.req.options.on_wait.is_some() && !self.told,
+        );
+        if expired || tell {
+            if let Ok(Seen::Owned { meta, owner, .. }) = self.sp.observe(self.req.name) {
+                let judgement = writer_first();
+                self.last_owner = Some(owner.clone());
+                if expired {
+                    return Err(self.give_up(|| Error::Locked {
+                        lock: self.sp.entry(self.req.name),
+                        resource: self.req.resource.to_owned(),
+                        owner: Box::new(owner.clone()),
+                        judgement: judgement.clone(),
+                        since: meta.mtime,
+                    }));
+                }
+                self.tell(&owner, &judgement, meta.mtime);
+            }
+        }
+        if expired {
             return Err(self.timeout());
         }
         Ok(Some(self.wait(writer, id, Evidence::Writer, None, false)))
@@ -66,10 +88,7 @@ impl<S: System> Contender<'_, '_, S> {
                 self.idle_round()
             }
             Join::Behind(writer) => {
-                let judgement = Judgement::new(
-                    Liveness::Live,
-                    "a writer waits for its readers to finish, and new readers wait for it",
-                );
+                let judgement = writer_first();
                 self.last_owner = Some(owner.clone());
                 if self.expired() {
                     return Err(self.give_up(|| Error::Locked {
@@ -112,4 +131,12 @@ impl<S: System> Contender<'_, '_, S> {
             other => other,
         }
     }
+}
+
+/// Why a reader waits although readers hold the lock: a writer waits, and goes first.
+fn writer_first() -> Judgement {
+    Judgement::new(
+        Liveness::Live,
+        "a writer waits for its readers to finish, and new readers wait for it",
+    )
 }

@@ -250,10 +250,10 @@ fn hold_writers<S: System>(sp: &Space<S>, name: &str) -> Result<S::Dir, Error> {
     let wname = writers_name(name);
     let failed = |e| sp.io("put a waiting writer in", &wname, e);
     for _ in 0..WRITERS_TRIES {
-        match sp.sys.mkdir_at(sp.dir, &wname) {
+        let made = match sp.sys.mkdir_at(sp.dir, &wname) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(failed(e)),
-            _ => {}
-        }
+            made => made.is_ok(),
+        };
         let writers = match sp.sys.open_made_dir_at(sp.dir, &wname) {
             Ok(w) => w,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -272,7 +272,20 @@ fn hold_writers<S: System>(sp: &Space<S>, name: &str) -> Result<S::Dir, Error> {
         {
             continue;
         }
+        if made && sp.shared.is_some() {
+            // In a group's lock directory, the group's writers wait here too.
+            let _ = sp.sys.set_mode(&writers, sp.dir_mode());
+        }
         let here = sp.sys.meta(&writers).map_err(failed)?;
+        // What others may write or own is never trusted: it could hold writers off, or
+        // readers out, for good.
+        if let Some(problem) = sp.private_problem(&here, "the waiting writers' directory") {
+            return Err(Error::Unsafe {
+                path: sp.entry(&wname),
+                problem,
+                fix: "remove it (no process needs it)".into(),
+            });
+        }
         if sp
             .sys
             .meta_at(sp.dir, &wname)

@@ -460,3 +460,25 @@ fn a_file_where_the_waiting_writers_directory_goes_is_named_and_swept() {
     );
     assert!(!planted.exists());
 }
+
+/// A waiting writers' directory that others may write is refused, named with the fix.
+#[test]
+fn a_waiting_writers_directory_others_may_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new();
+    let planted = fx.dir().join("x.lock.writers");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let r = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
+    let err = fx
+        .locks
+        .named_lock("x.lock")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Unsafe { path, .. } if *path == planted),
+        "{err:?}"
+    );
+    r.release();
+}

@@ -389,6 +389,27 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         })
     }
 
+    /// A holder `owner` (judged `judgement`, its lock taken `since`) keeps us out: past the
+    /// deadline, the contended error (or a timeout); else the caller's `on_wait` is told.
+    fn held_by(
+        &mut self,
+        owner: &Owner,
+        judgement: &Judgement,
+        since: std::time::SystemTime,
+    ) -> Result<(), Error> {
+        if self.expired() {
+            return Err(self.give_up(|| Error::Locked {
+                lock: self.sp.entry(self.req.name),
+                resource: self.req.resource.to_owned(),
+                owner: Box::new(owner.clone()),
+                judgement: judgement.clone(),
+                since,
+            }));
+        }
+        self.tell(owner, judgement, since);
+        Ok(())
+    }
+
     /// A live (or unknown) holder: give up at the deadline, else wait for it to change.
     fn wait_for_holder(
         &mut self,
@@ -397,16 +418,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         owner: Owner,
         judgement: Judgement,
     ) -> Result<Next<S>, Error> {
-        if self.expired() {
-            return Err(self.give_up(|| Error::Locked {
-                lock: self.sp.entry(self.req.name),
-                resource: self.req.resource.to_owned(),
-                owner: Box::new(owner.clone()),
-                judgement: judgement.clone(),
-                since: meta.mtime,
-            }));
-        }
-        self.tell(&owner, &judgement, meta.mtime);
+        self.held_by(&owner, &judgement, meta.mtime)?;
         // Re-check between wake-ups only the fact the judgement rests on.
         let evidence = Evidence::of(&owner, judgement.liveness);
         Ok(self.wait(dir, meta.id, evidence, None, true))

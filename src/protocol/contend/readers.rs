@@ -38,18 +38,8 @@ impl<S: System> Contender<'_, '_, S> {
         );
         if expired || tell {
             if let Ok(Seen::Owned { meta, owner, .. }) = self.sp.observe(self.req.name) {
-                let judgement = writer_first();
                 self.last_owner = Some(owner.clone());
-                if expired {
-                    return Err(self.give_up(|| Error::Locked {
-                        lock: self.sp.entry(self.req.name),
-                        resource: self.req.resource.to_owned(),
-                        owner: Box::new(owner.clone()),
-                        judgement: judgement.clone(),
-                        since: meta.mtime,
-                    }));
-                }
-                self.tell(&owner, &judgement, meta.mtime);
+                self.held_by(&owner, &writer_first(), meta.mtime)?;
             }
         }
         if expired {
@@ -88,18 +78,8 @@ impl<S: System> Contender<'_, '_, S> {
                 self.idle_round()
             }
             Join::Behind(writer) => {
-                let judgement = writer_first();
                 self.last_owner = Some(owner.clone());
-                if self.expired() {
-                    return Err(self.give_up(|| Error::Locked {
-                        lock: self.sp.entry(self.req.name),
-                        resource: self.req.resource.to_owned(),
-                        owner: Box::new(owner.clone()),
-                        judgement: judgement.clone(),
-                        since: meta.mtime,
-                    }));
-                }
-                self.tell(&owner, &judgement, meta.mtime);
+                self.held_by(&owner, &writer_first(), meta.mtime)?;
                 Ok(self.wait(writer, meta.id, Evidence::Writer, None, false))
             }
         }

@@ -13,14 +13,8 @@ use std::time::{Duration, Instant};
 /// Whether process `pid` still runs, giving a SIGKILLed one (which closes its files, so
 /// releasing its locks, before it turns zombie) a moment to die.
 fn lives(pid: &str) -> bool {
-    let alive = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| s.rsplit(')').next().map(str::to_owned))
-            .is_some_and(|r| !r.trim_start().starts_with('Z'))
-    };
     (0..100).all(|_| {
-        let a = alive();
+        let a = lives_now(pid);
         if a {
             std::thread::sleep(Duration::from_millis(10));
         }

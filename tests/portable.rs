@@ -308,3 +308,64 @@ fn readers_in_processes_share_a_writer_waits_and_killed_readers_are_out_at_once(
     writer.join().unwrap().unwrap();
     assert!(started.elapsed() < Duration::from_secs(30));
 }
+
+/// The names in `dir`.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The last reader out retires the lock, leaving nothing: alone, after a reader that joined
+/// it, and with a writer waiting in it; and so does a writer that takes over from a killed
+/// reader. (On Wine, a directory's handle keeps the name it was opened by; on Windows, a
+/// directory cannot be removed while one inside it, such as a waiting writer's, is open.)
+#[test]
+fn the_last_reader_out_leaves_nothing_behind() {
+    let (_tmp, dir, until) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let read = || locks.named_lock(LOCK).shared().acquire().unwrap();
+    read().release().unwrap();
+    assert_eq!(entries(&dir), Vec::<String>::new(), "after a reader alone");
+    let first = read();
+    // (Another thread: one thread reading a lock twice is refused.)
+    std::thread::scope(|s| s.spawn(|| read().release().unwrap()).join().unwrap());
+    first.release().unwrap();
+    assert_eq!(entries(&dir), Vec::<String>::new(), "after two readers");
+    let first = read();
+    behind_a_writer(&locks, &dir, || first.release().unwrap());
+    assert_eq!(
+        entries(&dir),
+        Vec::<String>::new(),
+        "after a waiting writer"
+    );
+    let reader = portable::start_self_reader("portable_holder", &dir, LOCK, &until);
+    behind_a_writer(&locks, &dir, || drop(reader)); // killed
+    assert_eq!(entries(&dir), Vec::<String>::new(), "after a killed reader");
+}
+
+/// Runs `leave` (the readers of `LOCK` leave) once a writer waits in the lock, and returns
+/// once that writer has had the lock and let it go.
+fn behind_a_writer(locks: &Locks, dir: &Path, leave: impl FnOnce()) {
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let wait = locks.named_lock(LOCK).wait(Duration::from_secs(60));
+            wait.acquire().unwrap().release().unwrap();
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let entered = || {
+            std::fs::read_dir(dir.join(LOCK)).is_ok_and(|mut d| {
+                d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("writer.")))
+            })
+        };
+        while !entered() {
+            assert!(Instant::now() < deadline, "the writer never waited");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        leave();
+        writer.join().unwrap();
+    });
+}

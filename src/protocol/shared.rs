@@ -27,7 +27,8 @@ use super::{check_held, retire_checked_own};
 use crate::error::Error;
 use crate::owner::Owner;
 use crate::paths::{
-    classify_inside, record_draft, writers_name, Inside, OWNER_FILE, READER, WRITER,
+    classify, classify_inside, record_draft, writers_name, Entry as Name, Inside, OWNER_FILE,
+    READER, WRITER,
 };
 use crate::space::{beacon_free, lock_past_peekers, make_candidate, remove_tree, Space};
 use crate::sys::{FileId, Identity, System};
@@ -199,8 +200,8 @@ impl<S: System> Intent<S> {
         lock: S::Dir,
         id: FileId,
     ) -> Result<(), Error> {
-        if let Some((old, _, e)) = self.entry.take() {
-            remove_entry(sp.sys, &old, e);
+        if let Some((old, old_id, e)) = self.entry.take() {
+            leave_lock(sp, req.name, old, old_id, e);
         }
         let token = sp.sys.token();
         let record = new_record(sp.sys, me, token.clone(), true, req.options);
@@ -216,8 +217,29 @@ impl<S: System> Intent<S> {
         let _ = sp.sys.unlock(&self.writers);
         remove_writers_if_free(sp, name, &self.writers);
         drop(self.writers);
-        if let Some((lock, _, e)) = self.entry {
-            remove_entry(sp.sys, &lock, e);
+        if let Some((lock, id, e)) = self.entry {
+            leave_lock(sp, name, lock, id, e);
+        }
+    }
+}
+
+/// Takes a waiting writer's entry `e` out of the lock `lock` (directory `id`) it waited in.
+/// Should that lock have been retired meanwhile, removes its tombstone too: where a directory
+/// that is open cannot be removed at once (Windows), our entry kept its retirer from removing
+/// it.
+fn leave_lock<S: System>(sp: &Space<S>, name: &str, lock: S::Dir, id: FileId, e: Entry<S>) {
+    remove_entry(sp.sys, &lock, e);
+    let in_place = sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == id);
+    if in_place || sp.sys.unlinked(&lock) {
+        return;
+    }
+    drop(lock);
+    for n in sp.sys.list(sp.dir).unwrap_or_default() {
+        let ours = matches!(classify(&n), Name::Tombstone { lock } if lock == name)
+            && sp.sys.meta_at(sp.dir, &n).is_ok_and(|m| m.id == id);
+        if ours {
+            remove_tree(sp.sys, sp.dir, &n);
+            return;
         }
     }
 }

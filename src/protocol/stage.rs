@@ -253,7 +253,7 @@ pub(super) fn publish<S: System>(
     c: &Staged<S>,
     name: &str,
 ) -> Result<Publish, Error> {
-    match sp.sys.rename_noreplace(sp.dir, &c.name, name) {
+    match sp.sys.rename_dir_noreplace(sp.dir, &c.dir, &c.name, name) {
         // RENAME_NOREPLACE succeeding is the proof. The plain-rename fallback (filesystems
         // that refuse the flag) is verified: NAME must now be our very directory.
         Ok(Renamed::Exclusive) => Ok(Publish::Won),

@@ -307,6 +307,19 @@ pub trait System: Clock {
     /// fallback is decided call by call (no-replace is tried every time), so a filesystem
     /// without it never makes renames plain on another.
     fn rename_noreplace(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<Renamed>;
+    /// [`rename_noreplace`](Self::rename_noreplace) of directory `from`, open as `dir`, which
+    /// afterwards knows its new name where a handle otherwise keeps the name it was opened
+    /// by (Wine: a candidate published by name would go on being reached at its old one).
+    fn rename_dir_noreplace(
+        &self,
+        at: &Self::Dir,
+        dir: &Self::Dir,
+        from: &str,
+        to: &str,
+    ) -> io::Result<Renamed> {
+        let _ = dir;
+        self.rename_noreplace(at, from, to)
+    }
     /// Like [`System::rename_noreplace`], but never falls back to a plain rename: where the
     /// filesystem has no no-replace rename it fails with [`io::ErrorKind::Unsupported`] (for
     /// the reclaim guard, whose rival may be another implementation's empty directory).

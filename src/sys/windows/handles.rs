@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::io;
 use std::os::windows::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use windows_sys::Win32::Foundation::{
     CloseHandle, ERROR_DIRECTORY, ERROR_STOPPED_ON_SYMLINK, FILETIME, HANDLE, INVALID_HANDLE_VALUE,
@@ -40,7 +40,9 @@ impl Drop for Handle {
 /// An open directory, and the sharing-mode lock (beacon or probe) taken through it.
 #[derive(Debug)]
 pub struct Dir {
-    pub(super) handle: Handle,
+    /// Replaced by one opened at its new name when it is published (see
+    /// [`Dir::moved_to`]).
+    handle: Mutex<Handle>,
     pub(super) lock: Mutex<Option<Handle>>,
 }
 
@@ -54,7 +56,7 @@ pub(crate) fn filesystem(dir: &Dir) -> Option<(String, String)> {
     // SAFETY: the handle is open; `name` is writable for the length given; every other out
     // pointer may be null.
     let ok = unsafe {
-        GetVolumeInformationByHandleW(dir.handle.0, no_label, 0, none, none, none, out, len)
+        GetVolumeInformationByHandleW(dir.handle().0, no_label, 0, none, none, none, out, len)
     };
     if ok == 0 {
         return None;
@@ -187,6 +189,13 @@ pub(super) fn info(h: &Handle) -> io::Result<BY_HANDLE_FILE_INFORMATION> {
     Ok(i)
 }
 
+impl Handle {
+    /// The identity of the file open as this.
+    pub(super) fn id(&self) -> io::Result<FileId> {
+        Ok(file_id(self, &info(self)?))
+    }
+}
+
 /// The identity of the file open as `h`: its volume's serial number and its file id. ReFS
 /// ids are 128 bits, and the 64-bit index of `BY_HANDLE_FILE_INFORMATION` need not be unique
 /// there: the whole `FILE_ID_INFO` is read, its two halves folded into one (an NTFS id has a
@@ -255,6 +264,27 @@ pub(super) fn meta_of(h: &Handle) -> io::Result<Meta> {
 }
 
 impl Dir {
+    /// Its handle.
+    pub(super) fn handle(&self) -> MutexGuard<'_, Handle> {
+        self.handle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes note that this directory was renamed to `path` (by a handle of its own, which
+    /// Wine then reports at its new name, where ours would stay at its old one), if it is
+    /// there.
+    pub(super) fn moved_to(&self, path: &Path) {
+        let Ok(dir) = open_dir(path, false) else {
+            return;
+        };
+        let mut handle = self.handle();
+        // By index alone: Wine reports no volume for a handle whose name it has lost (both
+        // are in one directory, so on one volume).
+        let index = |h: &Handle| h.id().map(|id| id.ino).ok();
+        if index(&dir.handle()).is_some_and(|i| index(&handle) == Some(i)) {
+            std::mem::swap(&mut *handle, &mut *dir.handle());
+        }
+    }
+
     /// The path this directory has now.
     pub(super) fn current_path(&self) -> io::Result<PathBuf> {
         let mut buf = vec![0u16; 512];
@@ -263,7 +293,7 @@ impl Dir {
             let spelling = FILE_NAME_NORMALIZED | VOLUME_NAME_DOS;
             // SAFETY: `buf` is writable for its length.
             let n =
-                unsafe { GetFinalPathNameByHandleW(self.handle.0, out, len, spelling) } as usize;
+                unsafe { GetFinalPathNameByHandleW(self.handle().0, out, len, spelling) } as usize;
             if n == 0 {
                 return Err(last());
             }
@@ -312,7 +342,7 @@ pub(super) fn open_dir(path: &Path, follow: bool) -> io::Result<Dir> {
         return Err(io::Error::from_raw_os_error(ERROR_DIRECTORY as i32));
     }
     Ok(Dir {
-        handle,
+        handle: Mutex::new(handle),
         lock: Mutex::new(None),
     })
 }

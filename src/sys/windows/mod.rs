@@ -152,7 +152,7 @@ impl System for Real {
     }
 
     fn meta(&self, dir: &Dir) -> io::Result<Meta> {
-        meta_of(&dir.handle)
+        meta_of(&dir.handle())
     }
 
     fn meta_at(&self, at: &Dir, name: &str) -> io::Result<Meta> {
@@ -237,6 +237,18 @@ impl System for Real {
             .map(|()| Renamed::Exclusive)
     }
 
+    fn rename_dir_noreplace(
+        &self,
+        at: &Dir,
+        dir: &Dir,
+        from: &str,
+        to: &str,
+    ) -> io::Result<Renamed> {
+        let renamed = self.rename_noreplace(at, from, to)?;
+        dir.moved_to(&at.join(to)?);
+        Ok(renamed)
+    }
+
     fn rename_exclusive(&self, at: &Dir, from: &str, to: &str) -> io::Result<()> {
         let (from, to) = (at.join(from)?, at.join(to)?);
         patiently(|| rename(&from, &to, false))
@@ -295,7 +307,8 @@ impl System for Real {
             Err(e) => return Err(e),
         };
         // The path may name another directory by now: a lock on it would mean nothing.
-        if file_id(&h, &info(&h)?) != file_id(&dir.handle, &info(&dir.handle)?) {
+        let here = file_id(&h, &info(&h)?);
+        if here != dir.handle().id()? {
             return Err(io::Error::new(
                 io::ErrorKind::NotFound,
                 "the directory was moved while it was being locked",

@@ -108,6 +108,11 @@ pub(crate) struct Config {
     /// watch a platform dropped) or merged with others: at each point where one has come, the
     /// schedule decides whether it is delivered. Waiters must still never wedge (I7).
     pub lossy: bool,
+    /// A lock's conversion (shared to exclusive, or back) lets go first and asks for the new
+    /// kind in a second step, another process's lock coming in between: as on Windows, where
+    /// a lock is an open handle's sharing mode, and as flock(2) allows (it does not promise
+    /// to convert atomically; Linux does).
+    pub split_convert: bool,
 }
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
@@ -242,6 +247,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         fuse,
         no_pidfd: at(5) / 4 % 2 == 1,
         lossy: at(5) / 8 % 2 == 1,
+        split_convert: at(5) / 16 % 2 == 1,
     };
     let mut strategy = Bytes {
         data: rest,
@@ -322,6 +328,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             fuse: cfg.fuse,
             no_pidfd: cfg.no_pidfd,
             lossy: cfg.lossy,
+            split_convert: cfg.split_convert,
             marked_by: HashMap::new(),
             replaced: false,
             exclusive: None,

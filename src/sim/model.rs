@@ -167,6 +167,8 @@ pub(crate) struct State {
     pub(crate) no_pidfd: bool,
     /// Notifications may be lost: see `Config::lossy`.
     pub(crate) lossy: bool,
+    /// Conversions take two steps: see `Config::split_convert`.
+    pub(crate) split_convert: bool,
     /// Who wrote the marker in each guard directory (the guard's holder where there is no flock).
     pub(crate) marked_by: HashMap<Ino, usize>,
     /// A process that runs alone, on a stopped clock, without crashes: a look at the lock

@@ -433,6 +433,22 @@ impl System for SimSys {
 
     fn try_lock(&self, dir: &SimDir, exclusive: bool) -> io::Result<bool> {
         let fd = dir.fd;
+        let converting = {
+            let st = self.world.lock();
+            st.split_convert
+                && st
+                    .ofds
+                    .get(&fd)
+                    .is_some_and(|o| o.lock == Some(!exclusive))
+        };
+        if converting {
+            self.call("flock UN (converting)", |st, _| {
+                let ino = self.ino(st, dir)?;
+                st.ofds.get_mut(&fd).expect("open").lock = None;
+                st.bump(ino);
+                Ok::<(), io::Error>(())
+            })?;
+        }
         self.call(
             &format!("flock {}", if exclusive { "EX" } else { "SH" }),
             |st, slot| {
@@ -440,8 +456,8 @@ impl System for SimSys {
                 if st.no_flock {
                     return Err(errno(ENOLCK));
                 }
-                // A lock held through `fd` is converted in one step; not granted, it is gone (as
-                // Linux does it).
+                // A lock held through `fd` is converted in one step (unless `split_convert`);
+                // not granted, it is gone (as Linux does it).
                 if st.flock_conflict(fd, ino, exclusive) {
                     st.ofds.get_mut(&fd).expect("open").lock = None;
                     return Ok(false);

@@ -19,6 +19,7 @@ fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
         fuse: false,
         no_pidfd: false,
         lossy: false,
+        split_convert: false,
     }
 }
 

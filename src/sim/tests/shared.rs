@@ -87,7 +87,8 @@ fn readers_beside_a_writer_exhaustively_within_bounds() {
 }
 
 /// Readers (failing fast, waiting, timing out, reading again) beside writers, with crashes,
-/// with and without `flock`, with lost notifications and without pidfd, and beside
+/// with and without `flock`, with lost notifications and without pidfd, with conversions in
+/// two steps (Windows), and beside
 /// everything else: a runtime of tasks, a runtime of reader tasks with a writer thread beside
 /// them, another thread, a sweeper, a temp cleaner, an operator's unlock, a prober and the
 /// reference implementation.
@@ -142,13 +143,15 @@ fn random_schedules_of_readers_writers_and_the_reference() {
     ];
     let mut steps = 0;
     for scripts in shapes {
-        for (no_flock, lossy, no_pidfd) in [
-            (false, false, false),
-            (false, true, true),
-            (true, false, false),
+        for (no_flock, lossy, no_pidfd, split_convert) in [
+            (false, false, false, false),
+            (false, true, true, false),
+            (true, false, false, false),
+            (false, false, false, true),
         ] {
             let mut cfg = config(scripts.clone(), Mutant::None);
             (cfg.no_flock, cfg.lossy, cfg.no_pidfd) = (no_flock, lossy, no_pidfd);
+            cfg.split_convert = split_convert;
             steps += random(&cfg, 0..40);
         }
     }
@@ -271,7 +274,8 @@ fn regressions_of_shared_locks() {
 }
 
 /// Random schedules of readers beside writers, of shape `SHAPE` (0 to 4, see [`shape`]), seeds
-/// `FROM` to `SEEDS`, with `CRASHES` per process, without `flock` when `NO_FLOCK=1`:
+/// `FROM` to `SEEDS`, with `CRASHES` per process, without `flock` when `NO_FLOCK=1`, with
+/// conversions in two steps when `SPLIT=1`:
 /// `SHAPE=1 CRASHES=1 SEEDS=20000 cargo test --release --lib sim::tests::shared::soak -- --ignored`.
 #[test]
 #[ignore = "soak: run with `cargo test --release --lib sim -- --ignored`"]
@@ -286,6 +290,7 @@ fn soak_readers_and_writers() {
     let mut cfg = shape(env("SHAPE", 0));
     cfg.crashes = env("CRASHES", 0) as u32;
     cfg.no_flock = env("NO_FLOCK", 0) == 1;
+    cfg.split_convert = env("SPLIT", 0) == 1;
     for seed in from..seeds {
         if let Err(v) = run(&cfg, &mut Random::new(seed)) {
             panic!("seed {seed} ({cfg:?}):\n{v}");

@@ -435,11 +435,7 @@ impl System for SimSys {
         let fd = dir.fd;
         let converting = {
             let st = self.world.lock();
-            st.split_convert
-                && st
-                    .ofds
-                    .get(&fd)
-                    .is_some_and(|o| o.lock == Some(!exclusive))
+            st.split_convert && st.ofds.get(&fd).is_some_and(|o| o.lock == Some(!exclusive))
         };
         if converting {
             self.call("flock UN (converting)", |st, _| {

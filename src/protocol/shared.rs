@@ -30,7 +30,7 @@ use crate::paths::{
     classify, classify_inside, record_draft, writers_name, Entry as Name, Inside, OWNER_FILE,
     READER, WRITER,
 };
-use crate::space::{beacon_free, lock_past_peekers, make_candidate, remove_tree, Space};
+use crate::space::{beacon_free, lock_past_peekers, make_candidate, not_found, remove_tree, Space};
 use crate::sys::{FileId, Identity, System};
 use std::io;
 use std::path::PathBuf;
@@ -122,8 +122,10 @@ pub(crate) fn join<S: System>(
     id: FileId,
 ) -> Result<Join<S>, Error> {
     let name = req.name;
-    match lock_past_peekers(sp, &lock, name, false, "lock the shared lock")? {
-        Some(true) => {}
+    match lock_past_peekers(sp, &lock, name, false, "lock the shared lock") {
+        Ok(Some(true)) => {}
+        // (Not found: gone from its name, where a lock is taken by it, as on Windows.)
+        Err(e) if !not_found(&e) => return Err(e),
         _ => return Ok(Join::Changed),
     }
     // Holding the shared `flock`, the lock cannot be retired; but it may have been before.
@@ -290,9 +292,10 @@ fn hold_writers<S: System>(sp: &Space<S>, name: &str) -> Result<S::Dir, Error> {
             }
             Err(e) => return Err(failed(e)),
         };
-        if lock_past_peekers(sp, &writers, &wname, false, "put a waiting writer in")? != Some(true)
-        {
-            continue;
+        match lock_past_peekers(sp, &writers, &wname, false, "put a waiting writer in") {
+            Ok(Some(true)) => {}
+            Err(e) if !not_found(&e) => return Err(e),
+            _ => continue,
         }
         if made && sp.shared.is_some() {
             // In a group's lock directory, the group's writers wait here too.

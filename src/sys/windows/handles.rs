@@ -312,7 +312,23 @@ impl Dir {
                 "not a plain name",
             ));
         }
-        Ok(self.current_path()?.join(name))
+        Ok(self.path()?.join(name))
+    }
+
+    /// The path this directory has now, checked to be this directory: Wine reports the name a
+    /// handle was opened by even once its directory has been renamed by name (as a lock is,
+    /// by its release), and a path through it would reach whatever is at that name now (the
+    /// next holder's lock). What `openat` relative to a descriptor gives on Unix.
+    pub(super) fn path(&self) -> io::Result<PathBuf> {
+        let path = self.current_path()?;
+        let there = open_existing(&path, FILE_READ_ATTRIBUTES | SYNCHRONIZE)?.id()?;
+        if there != self.handle().id()? {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "the directory is no longer at its name",
+            ));
+        }
+        Ok(path)
     }
 }
 

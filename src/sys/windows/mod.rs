@@ -140,7 +140,7 @@ impl System for Real {
 
     fn open_dir_at(&self, at: &Dir, name: &str) -> io::Result<Dir> {
         if name == "." {
-            return open_dir(&at.current_path()?, false);
+            return open_dir(&at.path()?, false);
         }
         open_dir(&at.join(name)?, false)
     }
@@ -163,7 +163,7 @@ impl System for Real {
     }
 
     fn set_mode(&self, dir: &Dir, _mode: u32) -> io::Result<()> {
-        security::make_private(&dir.current_path()?)
+        security::make_private(&dir.path()?)
     }
 
     fn set_mode_at(&self, at: &Dir, name: &str, _mode: u32) -> io::Result<()> {
@@ -273,7 +273,7 @@ impl System for Real {
 
     fn list(&self, dir: &Dir) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
-        for entry in std::fs::read_dir(dir.current_path()?)? {
+        for entry in std::fs::read_dir(dir.path()?)? {
             // A name that is not Unicode is not ours (the protocol's names are ASCII).
             if let Ok(name) = entry?.file_name().into_string() {
                 names.push(name);

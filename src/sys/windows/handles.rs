@@ -40,8 +40,7 @@ impl Drop for Handle {
 /// An open directory, and the sharing-mode lock (beacon or probe) taken through it.
 #[derive(Debug)]
 pub struct Dir {
-    /// Replaced by one opened at its new name when it is published (see
-    /// [`Dir::moved_to`]).
+    /// Replaced by one opened at its new name once it is renamed (see [`Dir::moved_to`]).
     handle: Mutex<Handle>,
     pub(super) lock: Mutex<Option<Handle>>,
 }
@@ -269,9 +268,8 @@ impl Dir {
         self.handle.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes note that this directory was renamed to `path` (by a handle of its own, which
-    /// Wine then reports at its new name, where ours would stay at its old one), if it is
-    /// there.
+    /// Takes note that this directory was renamed to `path`: a handle opened there replaces
+    /// ours if it is this directory (Wine would go on reporting ours at its old name).
     pub(super) fn moved_to(&self, path: &Path) {
         let Ok(dir) = open_dir(path, false) else {
             return;

@@ -245,7 +245,10 @@ impl System for Real {
         to: &str,
     ) -> io::Result<Renamed> {
         let renamed = self.rename_noreplace(at, from, to)?;
-        dir.moved_to(&at.join(to)?);
+        // (Renamed whatever follows: the rename's result stands.)
+        if let Ok(path) = at.join(to) {
+            dir.moved_to(&path);
+        }
         Ok(renamed)
     }
 

@@ -24,7 +24,7 @@ use crate::options::Ages;
 use crate::owner::Owner;
 use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
 use crate::space::{
-    lock_past_peekers, make_candidate, open_guard, remove_tree, Guard, Seen, Space,
+    lock_past_peekers, make_candidate, not_found, open_guard, remove_tree, Guard, Seen, Space,
 };
 use crate::sys::{is, Errno, FileId, Identity, Kind, System};
 use std::io;
@@ -206,10 +206,13 @@ fn take_left_guard<S: System>(
                 .into(),
         });
     }
-    let flocked = match lock_past_peekers(sp, &guard, gname, true, "lock the reclaim guard")? {
-        Some(true) => true,
-        Some(false) => return Ok(Err(Reclaim::Busy { remaining: None })),
-        None => false,
+    let flocked = match lock_past_peekers(sp, &guard, gname, true, "lock the reclaim guard") {
+        Ok(Some(true)) => true,
+        Ok(Some(false)) => return Ok(Err(Reclaim::Busy { remaining: None })),
+        Ok(None) => false,
+        // Gone from its name, where a lock is taken by the name (Windows): its maker is done.
+        Err(e) if not_found(&e) => return Ok(Err(Reclaim::Changed)),
+        Err(e) => return Err(e),
     };
     // The path must still name the directory we locked (its maker may have retired it).
     match sp.sys.meta_at(sp.dir, gname) {

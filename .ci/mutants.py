@@ -551,10 +551,10 @@ MUTANTS = [
      '    let lives = named.token == mine.token || lives(sp.sys, lock, &named);',
      '    let lives = named.token == mine.token;',
      'lib', 'sim::tests::shared::the_record_of_long_reads_stays_fresh_for_the_reference'),
-    ('sim-writer-gives-up-leaving-its-entry', 'src/protocol/contend.rs',
+    ('shared-writer-gives-up-leaving-its-entry', 'src/protocol/contend.rs',
      '            unstage(self.sp, c);\n        }\n        self.withdraw();',
      '            unstage(self.sp, c);\n        }\n        drop(self.intent.take());',
-     'lib', 'sim::tests::shared::the_record_of_long_reads_stays_fresh_for_the_reference'),
+     'it', 'shared::timed_out_and_cancelled_waits_of_readers_and_writers_leave_nothing'),
     # Issue 19: the command as users meet it.
     ("doctor-blind-to-plain-renames", "src/doctor.rs",
      "Err(e) if e.kind() == std::io::ErrorKind::Unsupported => Finding::Lost(",

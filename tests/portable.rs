@@ -11,7 +11,7 @@ const LOCK: &str = "portable.lock";
 
 #[path = "common/portable.rs"]
 mod portable;
-use portable::Holder;
+use portable::{entries, Holder};
 
 /// A process that holds `LOCK` in `dir` until `until` exists, once it holds it.
 fn start_holder(dir: &Path, until: &Path) -> Holder {
@@ -307,16 +307,6 @@ fn readers_in_processes_share_a_writer_waits_and_killed_readers_are_out_at_once(
     let started = Instant::now();
     writer.join().unwrap().unwrap();
     assert!(started.elapsed() < Duration::from_secs(30));
-}
-
-/// The names in `dir`.
-fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The last reader out retires the lock, leaving nothing: alone, after a reader that joined

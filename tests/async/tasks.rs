@@ -4,6 +4,7 @@
 pub(crate) mod portable;
 
 use dirlock::{Cancel, Error, Locks, Wait};
+pub(crate) use portable::entries;
 use portable::Holder;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -50,18 +51,6 @@ pub(crate) async fn within<T>(secs: u64, fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(secs), fut)
         .await
         .unwrap_or_else(|_| panic!("still waiting after {secs} s"))
-}
-
-/// The names in the lock directory (the lock, candidates, guards, tombstones), sorted.
-pub(crate) fn entries(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
 }
 
 #[test]

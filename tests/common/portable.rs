@@ -165,3 +165,21 @@ impl Drop for Holder {
         let _ = self.child.wait();
     }
 }
+
+/// The names in `dir` (a lock directory: locks, candidates, guards, tombstones), sorted; none
+/// where it was never made.
+#[allow(
+    dead_code,
+    reason = "the command's portable tests look through `dirlock status`"
+)]
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        d => d
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+    };
+    names.sort();
+    names
+}

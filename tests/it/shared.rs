@@ -92,16 +92,9 @@ fn a_waiting_writer_keeps_new_readers_out() {
         g.release().unwrap();
     });
     let lock = fx.dir().join("x.lock");
-    assert!(eventually(Duration::from_secs(10), || {
-        std::fs::read_dir(&lock).is_ok_and(|mut d| {
-            d.any(|e| {
-                e.unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with("writer.")
-            })
-        })
-    }));
+    assert!(eventually(Duration::from_secs(10), || writer_waits_in(
+        &lock
+    )));
     // A new reader is refused (failing fast) while the writer waits, though only readers hold it.
     let err = fx
         .locks
@@ -379,11 +372,6 @@ fn a_writer_among_a_stream_of_readers_gets_in_before_readers_that_came_after_it(
     let fx = Fixture::new();
     let lock = fx.dir().join("x.lock");
     let (entered, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
-    let writer_in_lock = || {
-        std::fs::read_dir(&lock).is_ok_and(|mut d| {
-            d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("writer.")))
-        })
-    };
     // The readers stop however the test ends (a failed assertion included).
     struct Stop<'a>(&'a AtomicBool);
     impl Drop for Stop<'_> {
@@ -413,7 +401,7 @@ fn a_writer_among_a_stream_of_readers_gets_in_before_readers_that_came_after_it(
                 g.map(|g| g.release().unwrap()).map(|()| after)
             });
             // Once the writer's entry is in the lock, it holds the writers' flock.
-            while !writer_in_lock() && !writer.is_finished() {
+            while !writer_waits_in(&lock) && !writer.is_finished() {
                 std::thread::yield_now();
             }
             let before = entered.load(SeqCst);
@@ -438,13 +426,7 @@ fn a_file_where_the_waiting_writers_directory_goes_is_named_and_swept() {
     let fx = Fixture::new();
     let planted = fx.dir().join("x.lock.writers");
     std::fs::write(&planted, "").unwrap();
-    let r = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
-    let err = fx
-        .locks
-        .named_lock("x.lock")
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .unwrap_err();
+    let (r, err) = a_writer_beside_a_reader(&fx);
     match &err {
         Error::Unsafe { path, fix, .. } => {
             assert_eq!(path, &planted);
@@ -469,6 +451,24 @@ fn a_waiting_writers_directory_others_may_write_is_refused() {
     let planted = fx.dir().join("x.lock.writers");
     std::fs::create_dir(&planted).unwrap();
     std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (r, err) = a_writer_beside_a_reader(&fx);
+    assert!(
+        matches!(&err, Error::Unsafe { path, .. } if *path == planted),
+        "{err:?}"
+    );
+    r.release();
+}
+
+/// Whether a writer waits in the shared lock directory `lock` (its entry is there).
+fn writer_waits_in(lock: &std::path::Path) -> bool {
+    std::fs::read_dir(lock).is_ok_and(|mut d| {
+        d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("writer.")))
+    })
+}
+
+/// A writer of `x.lock` that finds a reader (the process returned, still reading) and fails:
+/// its error.
+fn a_writer_beside_a_reader(fx: &Fixture) -> (Holder, Error) {
     let r = Holder::start(fx.dir(), &["--lock", "x.lock", "--shared"]);
     let err = fx
         .locks
@@ -476,9 +476,5 @@ fn a_waiting_writers_directory_others_may_write_is_refused() {
         .wait(Duration::from_secs(5))
         .acquire()
         .unwrap_err();
-    assert!(
-        matches!(&err, Error::Unsafe { path, .. } if *path == planted),
-        "{err:?}"
-    );
-    r.release();
+    (r, err)
 }

@@ -169,7 +169,6 @@ pub(crate) enum Inside {
     Reader(String),
     /// A waiting writer's entry, with its token.
     Writer(String),
-
     /// Anything else: a record being rewritten (`owner.json.<token>`), or not ours.
     Other,
 }

@@ -7,7 +7,7 @@ use crate::owner::Owner;
 use crate::paths::{
     classify, classify_inside, guard_name, Entry, Inside, GUARD_MARKER, OWNER_FILE, READER,
 };
-use crate::protocol::shared::{self, inside};
+use crate::protocol::shared;
 use crate::space::{beacon_free, creator, open_guard, Creator, Guard, Seen, Space};
 use crate::sys::{Identity, Meta, System};
 use std::collections::BTreeMap;
@@ -273,7 +273,7 @@ pub(crate) fn group(entries: &[String]) -> BTreeMap<String, Related> {
                 .or_default()
                 .tombstones
                 .push(entry.clone()),
-            Entry::Writers { .. } | Entry::Other => {}
+            Entry::Writers { .. } | Entry::Queue { .. } | Entry::Other => {}
         }
     }
     locks
@@ -365,7 +365,7 @@ fn parties<S: System>(
     st: &mut Status,
 ) -> Result<(), Error> {
     let path = sp.entry(name);
-    let sub = inside(sp, lock, &path);
+    let sub = sp.within(lock, &path);
     let entries = match sp.sys.list(lock) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // retired meanwhile

@@ -21,6 +21,7 @@ const CANDIDATE: &str = ".candidate.";
 const TOMBSTONE: &str = ".tombstone.";
 const RECLAIM: &str = ".reclaim";
 const WRITERS_SUFFIX: &str = ".writers";
+const QUEUE_SUFFIX: &str = ".queue";
 
 fn hashed(prefix: &str, path: &Path) -> String {
     let mut hasher = Sha256::new();
@@ -196,6 +197,49 @@ pub(crate) fn writers_name(lock: &str) -> String {
     format!("{lock}{WRITERS_SUFFIX}")
 }
 
+/// `NAME.queue`: see [`Entry::Queue`].
+pub(crate) fn queue_name(lock: &str) -> String {
+    format!("{lock}{QUEUE_SUFFIX}")
+}
+
+/// A waiter's entry in a lock's queue, by its name `<number>.<w|r>.<token>`: its number (the
+/// order it came in), whether it takes the lock exclusively (`w`) or reads it (`r`), and its
+/// token (that of its candidate, `NAME.candidate.<token>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Queued {
+    pub number: u64,
+    pub exclusive: bool,
+    pub token: String,
+}
+
+impl Queued {
+    /// The entry's name.
+    pub(crate) fn name(&self) -> String {
+        let kind = if self.exclusive { 'w' } else { 'r' };
+        format!("{:020}.{kind}.{}", self.number, self.token)
+    }
+
+    /// The waiter's entry named `entry`, if it is one (its token a safe name).
+    pub(crate) fn parse(entry: &str) -> Option<Queued> {
+        let (number, rest) = entry.split_once('.')?;
+        let (kind, token) = rest.split_once('.')?;
+        let exclusive = match kind {
+            "w" => true,
+            "r" => false,
+            _ => return None,
+        };
+        let ok = number.len() == 20 && number.bytes().all(|b| b.is_ascii_digit());
+        if !ok || !safe_token(token) {
+            return None;
+        }
+        Some(Queued {
+            number: number.parse().ok()?,
+            exclusive,
+            token: token.to_owned(),
+        })
+    }
+}
+
 /// `NAME.reclaim`.
 pub(crate) fn guard_name(lock: &str) -> String {
     format!("{lock}{RECLAIM}")
@@ -227,6 +271,12 @@ pub enum Entry {
     /// The directory on which the writers waiting for shared lock `lock`'s readers hold a
     /// shared `flock` (new readers stay out while any does).
     Writers {
+        /// The lock they wait for.
+        lock: String,
+    },
+    /// The queue of lock `lock`'s waiters, first come, first served: an entry per waiter,
+    /// exclusively `flock`ed by it while it waits.
+    Queue {
         /// The lock they wait for.
         lock: String,
     },
@@ -265,6 +315,14 @@ pub fn classify(entry: &str) -> Entry {
         .filter(|l| l.ends_with(".lock"))
     {
         return Entry::Writers {
+            lock: lock.to_owned(),
+        };
+    }
+    if let Some(lock) = entry
+        .strip_suffix(QUEUE_SUFFIX)
+        .filter(|l| l.ends_with(".lock"))
+    {
+        return Entry::Queue {
             lock: lock.to_owned(),
         };
     }

@@ -120,6 +120,12 @@ impl<S: System> Space<'_, S> {
         }
     }
 
+    /// Directory `dir` (at `path`) as a space of its own, for the entries inside it (a shared
+    /// lock's readers, a queue's waiters).
+    pub fn within<'b>(&'b self, dir: &'b S::Dir, path: &'b Path) -> Space<'b, S> {
+        Space { dir, path, ..*self }
+    }
+
     pub fn entry(&self, name: &str) -> PathBuf {
         self.path.join(name)
     }

@@ -3,11 +3,13 @@
 //! [`Contender`], which keeps the candidate, the deadline and what the acquisition has seen;
 //! the driver ([`crate::acquire`]) runs its rounds and does the sleeping.
 
+mod queued;
 mod readers;
 
+use super::queue::Ticket;
 use super::shared::Intent;
 use super::stage::{
-    publish, refresh, restage, stage, unstage, Publish, Request, Staged, REFRESH_AFTER,
+    publish, refresh, restage, stage, Publish, Request, Staged, REFRESH_AFTER,
 };
 use super::Held;
 use crate::error::Error;
@@ -139,6 +141,12 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     /// A writer: its entry in the shared lock whose readers it waits for (that lock's
     /// directory, and its identity), which keeps new readers out.
     intent: Option<Intent<S>>,
+    /// Our place in the lock's queue, while we wait there; `queued` once we took one (the lock
+    /// may be handed to our candidate from then on), and since when we let a waiter ahead of
+    /// us take the free lock first.
+    ticket: Option<Ticket<S>>,
+    queued: bool,
+    deferred: Option<Duration>,
 }
 
 impl<S: System> Drop for Contender<'_, '_, S> {
@@ -149,7 +157,7 @@ impl<S: System> Drop for Contender<'_, '_, S> {
             return;
         }
         if let Some(c) = self.c.take() {
-            unstage(self.sp, c);
+            self.give_up_candidate(c);
         }
         self.withdraw();
     }
@@ -193,6 +201,9 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             joined: None,
             behind: None,
             intent: None,
+            ticket: None,
+            queued: false,
+            deferred: None,
         })
     }
 
@@ -211,14 +222,20 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
     pub(crate) fn won(mut self) -> Held<S> {
         if let Some(held) = self.joined.take() {
             if let Some(c) = self.c.take() {
-                unstage(self.sp, c);
+                self.give_up_candidate(c);
             }
             return held;
         }
-        let c = self
+        self.dequeue();
+        let (sp, me, options) = (self.sp, self.me, self.req.options);
+        let mut c = self
             .c
             .take()
             .expect("a contender holds its candidate until it wins");
+        // Handed the lock after a long wait: its record says since when it is ours.
+        if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
+            let _ = refresh(sp, &mut c, me, options);
+        }
         drop(c.last_watch);
         let held = Held {
             name: self.req.name.to_owned(),
@@ -514,6 +531,9 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
                 return Ok(next);
             }
         }
+        if let Some(next) = self.before_publish()? {
+            return Ok(next);
+        }
         let (sp, req, me) = (self.sp, self.req, self.me);
         let c = self.staged();
         if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
@@ -525,11 +545,16 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         }
         match publish(sp, c, req.name)? {
             Publish::Won => return Ok(Next::Won),
+            _ if self.handed() => return Ok(Next::Won),
             Publish::Vanished => {
-                restage(sp, req, me, c)?;
+                self.dequeue();
+                restage(sp, req, me, self.staged())?;
                 return Ok(Next::Again);
             }
-            Publish::Contended => self.rounds += 1,
+            Publish::Contended => {
+                self.rounds += 1;
+                self.enqueue()?;
+            }
         }
         let (dir, meta, owner) = match sp.observe(req.name)? {
             Seen::Gone => return self.idle_round(),
@@ -545,6 +570,10 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             }
             Seen::Owned { dir, meta, owner } => (dir, meta, owner),
         };
+        // Handed the lock since the publish (we queued after it).
+        if self.c.as_ref().is_some_and(|c| c.id == meta.id) {
+            return Ok(Next::Won);
+        }
         // A reader joins (unless its candidate found no `flock` here: it then takes the lock
         // exclusively, as a writer).
         if owner.is_shared() && self.staged().shared {

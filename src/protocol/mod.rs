@@ -4,6 +4,7 @@
 //! lock state, and only through the [`System`] seam, relative to the lock directory's handle.
 
 mod contend;
+pub(crate) mod queue;
 pub(crate) mod shared;
 mod stage;
 
@@ -80,17 +81,25 @@ fn retire_checked_own<S: System>(
     };
     // Named by our token: unique (a token is published once), and no random draw needed.
     let tomb = tombstone_for(name, &held.owner.token, || sp.sys.token());
-    match sp.sys.rename_noreplace(sp.dir, name, &tomb) {
+    // Handed over, our lock is at the waiter's candidate's name, and `NAME` is the waiter's.
+    let handed = queue::hand_over(sp, name, &held.owner.token);
+    let from = handed.as_deref().unwrap_or(name);
+    let retired = sp.sys.rename_noreplace(sp.dir, from, &tomb);
+    // `NAME` is free, or the waiter's: wake the waiters blocked in the beacon's flock now,
+    // before the checks and the reaping. Explicitly, not just by closing: a forked child's
+    // copy of the beacon shares its lock, and would otherwise keep them blocked until the
+    // child exits. (Handed over, the waiter needs nothing more from us.)
+    let _ = sp.sys.unlock(&held.beacon);
+    match retired {
         Ok(_) => {}
+        // The waiter gave up at the moment it was handed the lock, and retired our old lock
+        // to a tombstone of its own (it releases its new one itself).
+        Err(e) if e.kind() == io::ErrorKind::NotFound && handed.is_some() => return Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(lost("it vanished while being released"))
         }
         Err(e) => return Err(sp.io("retire the lock", name, e)),
     }
-    // `NAME` is free: wake the waiters blocked in the beacon's flock now, before the checks
-    // and the reaping. Explicitly, not just by closing: a forked child's copy of the beacon
-    // shares its lock, and would otherwise keep them blocked until the child exits.
-    let _ = sp.sys.unlock(&held.beacon);
     match sp.sys.meta_at(sp.dir, &tomb) {
         Ok(m) if m.id == held.id => {}
         // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
@@ -98,7 +107,7 @@ fn retire_checked_own<S: System>(
         Err(e) if e.kind() == io::ErrorKind::NotFound && sp.sys.unlinked(&held.beacon) => {}
         _ => {
             // Not ours after all: put it back where it was, never over anything.
-            let _ = sp.sys.rename_noreplace(sp.dir, &tomb, name);
+            let _ = sp.sys.rename_noreplace(sp.dir, &tomb, from);
             return Err(lost(
                 "another owner's lock was in its place at the moment of release",
             ));

@@ -23,6 +23,7 @@
 //!   while a reader lives.
 
 use super::stage::{new_record, shared_record, write_record, Held, Request};
+use super::queue::hold_beside;
 use super::{check_held, retire_checked_own};
 use crate::error::Error;
 use crate::owner::Owner;
@@ -33,7 +34,6 @@ use crate::paths::{
 use crate::space::{beacon_free, lock_past_peekers, make_candidate, not_found, remove_tree, Space};
 use crate::sys::{FileId, Identity, System};
 use std::io;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// How old (by its mtime) a shared lock's record may get before a reader rewrites it: well
@@ -48,21 +48,6 @@ pub(crate) struct Entry<S: System> {
     pub(crate) dir: S::Dir,
 }
 
-/// The lock directory `lock` (at `name` in `sp`) as a space of its own, for its entries.
-pub(crate) fn inside<'a, S: System>(
-    sp: &Space<'a, S>,
-    lock: &'a S::Dir,
-    path: &'a PathBuf,
-) -> Space<'a, S> {
-    Space {
-        sys: sp.sys,
-        dir: lock,
-        path,
-        uid: sp.uid,
-        shared: sp.shared,
-    }
-}
-
 /// Makes entry `entry` inside the lock (or candidate) directory `lock`, at `name`, holding
 /// `record`: made private, locked exclusively, the record written (not synced: an entry
 /// means something only while its maker lives, and no maker outlives a crash of the system).
@@ -74,7 +59,7 @@ fn make_entry<S: System>(
     record: &Owner,
 ) -> Result<Entry<S>, Error> {
     let path = sp.entry(name);
-    let sub = inside(sp, lock, &path);
+    let sub = sp.within(lock, &path);
     let fresh = make_candidate(&sub, &entry, true)?;
     if let Err(e) = write_record(
         &sub,
@@ -265,61 +250,15 @@ pub(crate) fn remove_writers_if_free<S: System>(
     removed
 }
 
-/// How many times a writer makes `NAME.writers` anew after the last writer out removed it
-/// under it, before it gives up.
-const WRITERS_TRIES: u32 = 8;
-
 /// `NAME.writers`, made if need be, held with a shared `flock` (and still at its name).
 fn hold_writers<S: System>(sp: &Space<S>, name: &str) -> Result<S::Dir, Error> {
     let wname = writers_name(name);
-    let failed = |e| sp.io("put a waiting writer in", &wname, e);
-    for _ in 0..WRITERS_TRIES {
-        let made = match sp.sys.mkdir_at(sp.dir, &wname) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(failed(e)),
-            made => made.is_ok(),
-        };
-        let writers = match sp.sys.open_made_dir_at(sp.dir, &wname) {
-            Ok(w) => w,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) if crate::space::is_not_dir(&e) => {
-                return Err(Error::Unsafe {
-                    path: sp.entry(&wname),
-                    problem: "it is a file or a symbolic link, where dirlock keeps a directory \
-                              for the writers that wait for the lock's readers"
-                        .into(),
-                    fix: "remove it (no process needs it; `dirlock sweep` does)".into(),
-                })
-            }
-            Err(e) => return Err(failed(e)),
-        };
-        match lock_past_peekers(sp, &writers, &wname, false, "put a waiting writer in") {
-            Ok(Some(true)) => {}
-            Err(e) if !not_found(&e) => return Err(e),
-            _ => continue,
-        }
-        if made && sp.shared.is_some() {
-            // In a group's lock directory, the group's writers wait here too.
-            let _ = sp.sys.set_mode(&writers, sp.dir_mode());
-        }
-        let here = sp.sys.meta(&writers).map_err(failed)?;
-        // What others may write or own is never trusted: it could hold writers off, or
-        // readers out, for good.
-        if let Some(problem) = sp.private_problem(&here, "the waiting writers' directory") {
-            return Err(Error::Unsafe {
-                path: sp.entry(&wname),
-                problem,
-                fix: "remove it (no process needs it)".into(),
-            });
-        }
-        if sp
-            .sys
-            .meta_at(sp.dir, &wname)
-            .is_ok_and(|m| m.id == here.id)
-        {
-            return Ok(writers);
-        }
-    }
-    Err(failed(io::Error::other("it was removed again and again")))
+    hold_beside(sp, &wname, false, "the writers that wait for the lock's readers")?.ok_or_else(
+        || {
+            let e = io::Error::other("another process keeps it locked");
+            sp.io("put a waiting writer in", &wname, e)
+        },
+    )
 }
 
 /// `NAME.writers`, when a writer waits for the shared lock `NAME` (holds its shared `flock`).
@@ -331,7 +270,7 @@ pub(crate) fn waiting_writers<S: System>(sp: &Space<S>, name: &str) -> Option<S:
 /// A live reader's record in the shared lock `lock`, other than the one whose token is `not`.
 fn live_reader<S: System>(sp: &Space<S>, name: &str, lock: &S::Dir, not: &str) -> Option<Owner> {
     let path = sp.entry(name);
-    let sub = inside(sp, lock, &path);
+    let sub = sp.within(lock, &path);
     sp.sys
         .list(lock)
         .ok()?
@@ -405,7 +344,7 @@ pub(crate) fn keep<S: System>(
     refresh: bool,
 ) -> Result<(), Error> {
     let path = sp.entry(name);
-    let named = match inside(sp, lock, &path).read_owner(lock) {
+    let named = match sp.within(lock, &path).read_owner(lock) {
         Ok(o) if o.is_shared() => o,
         Ok(_) => return Ok(()), // not a shared lock: not ours to write
         Err(_) => return rewrite(sp, name, lock, mine), // unreadable (never for long)
@@ -423,7 +362,7 @@ pub(crate) fn keep<S: System>(
 /// reader coming in, between its shared `flock` and its entry, is not seen.
 fn others_read<S: System>(sp: &Space<S>, held: &Held<S>) -> bool {
     let path = sp.entry(&held.name);
-    let named = inside(sp, &held.beacon, &path)
+    let named = sp.within(&held.beacon, &path)
         .read_owner(&held.beacon)
         .ok();
     // The one named first: a look at one entry or pid, where a listing reads them all.
@@ -504,7 +443,7 @@ pub(crate) fn leave<S: System>(
     }
     let _ = sp.sys.unlock(&held.beacon);
     let path = sp.entry(&held.name);
-    let names_us = inside(sp, &held.beacon, &path)
+    let names_us = sp.within(&held.beacon, &path)
         .read_owner(&held.beacon)
         .is_ok_and(|o| o.token == held.owner.token);
     if names_us {

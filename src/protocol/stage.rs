@@ -6,7 +6,7 @@ use super::shared::Entry;
 use crate::error::Error;
 use crate::options::Options;
 use crate::owner::Owner;
-use crate::paths::{candidate_name, OWNER_FILE};
+use crate::paths::{candidate_name, record_draft, OWNER_FILE};
 use crate::space::{make_candidate, not_found, remove_tree, Space};
 use crate::sys::{is, Errno, FileId, Identity, Renamed, System};
 use std::io;
@@ -198,14 +198,27 @@ pub(super) fn write_record<S: System>(
     durable: bool,
     fix_mode: bool,
 ) -> Result<(), Error> {
+    write_record_as(sp, dir, name, OWNER_FILE, owner, durable, fix_mode)
+}
+
+/// [`write_record`] to file `file` of candidate `name`.
+fn write_record_as<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    name: &str,
+    file: &str,
+    owner: &Owner,
+    durable: bool,
+    fix_mode: bool,
+) -> Result<(), Error> {
     let bytes = owner.to_bytes().map_err(|e| Error::InvalidInput {
         what: "purpose".into(),
         problem: format!("{e} (shorten the purpose)"),
     })?;
-    let file = format!("{name}/{OWNER_FILE}");
+    let path = format!("{name}/{file}");
     sp.sys
-        .create_file_at(dir, OWNER_FILE, &bytes, durable, sp.file_mode(fix_mode))
-        .map_err(|e| sp.io("write the owner record", &file, e))?;
+        .create_file_at(dir, file, &bytes, durable, sp.file_mode(fix_mode))
+        .map_err(|e| sp.io("write the owner record", &path, e))?;
     if durable {
         sp.sys
             .sync_dir(dir)
@@ -214,9 +227,11 @@ pub(super) fn write_record<S: System>(
     Ok(())
 }
 
-/// A candidate that waited a while is refreshed before it is published, so that its record's
-/// acquisition time and its directory's mtime (where the grace period starts) are the publish
-/// time, not the time the wait began.
+/// A candidate that waited a while is refreshed before it is published (or once it was handed
+/// the lock), so that its record's acquisition time and its directory's mtime (where the grace
+/// period starts) are the publish time, not the time the wait began. The new record is renamed
+/// over the old in one step: a waiter may be handed the lock at any moment, and `NAME` never
+/// lacks a complete record.
 pub(super) const REFRESH_AFTER: Duration = Duration::from_secs(1);
 
 pub(super) fn refresh<S: System>(
@@ -231,10 +246,15 @@ pub(super) fn refresh<S: System>(
         true => shared_record(&owner),
         false => owner.clone(),
     };
-    sp.sys
-        .remove_file_at(&c.dir, OWNER_FILE)
-        .map_err(|e| sp.io("refresh the owner record", &c.name, e))?;
-    write_record(sp, &c.dir, &c.name, &record, options.durable, true)?;
+    let draft = record_draft(&owner.token);
+    write_record_as(sp, &c.dir, &c.name, &draft, &record, options.durable, true)?;
+    if let Err(e) = sp.sys.replace_file_at(&c.dir, &draft, OWNER_FILE) {
+        let _ = sp.sys.remove_file_at(&c.dir, &draft);
+        return Err(sp.io("refresh the owner record", &c.name, e));
+    }
+    if options.durable {
+        let _ = sp.sys.sync_dir(&c.dir);
+    }
     c.owner = owner;
     c.staged_at = sp.sys.monotonic();
     Ok(())

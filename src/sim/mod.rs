@@ -46,6 +46,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod model;
+mod queue;
 mod readers;
 mod reference;
 mod schedule;
@@ -113,6 +114,9 @@ pub(crate) struct Config {
     /// a lock is an open handle's sharing mode, and as flock(2) allows (it does not promise
     /// to convert atomically; Linux does).
     pub split_convert: bool,
+    /// No atomic exchange of two names (FreeBSD, Windows, NFS): a release never hands the
+    /// lock over, and the queue's order is kept by its waiters alone.
+    pub no_exchange: bool,
 }
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
@@ -248,6 +252,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         no_pidfd: at(5) / 4 % 2 == 1,
         lossy: at(5) / 8 % 2 == 1,
         split_convert: at(5) / 16 % 2 == 1,
+        no_exchange: at(5) / 32 % 2 == 1,
     };
     let mut strategy = Bytes {
         data: rest,
@@ -329,6 +334,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             no_pidfd: cfg.no_pidfd,
             lossy: cfg.lossy,
             split_convert: cfg.split_convert,
+            no_exchange: cfg.no_exchange,
             marked_by: HashMap::new(),
             replaced: false,
             exclusive: None,

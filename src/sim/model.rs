@@ -169,6 +169,8 @@ pub(crate) struct State {
     pub(crate) lossy: bool,
     /// Conversions take two steps: see `Config::split_convert`.
     pub(crate) split_convert: bool,
+    /// No exchange of two names: see `Config::no_exchange`.
+    pub(crate) no_exchange: bool,
     /// Who wrote the marker in each guard directory (the guard's holder where there is no flock).
     pub(crate) marked_by: HashMap<Ino, usize>,
     /// A process that runs alone, on a stopped clock, without crashes: a look at the lock
@@ -487,6 +489,7 @@ impl State {
     /// contends: no two tasks of one process have a candidate or a lock at once.
     pub(crate) fn check(&mut self) {
         self.check_readers();
+        self.check_handed();
         let entries: Vec<(String, Ino)> = match self.dir_entries(self.d()) {
             Ok(e) => e.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             Err(_) => return,

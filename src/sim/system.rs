@@ -338,6 +338,13 @@ impl System for SimSys {
         })
     }
 
+    fn exchange(&self, at: &SimDir, a: &str, b: &str) -> io::Result<()> {
+        self.call(&format!("exchange {a} <-> {b}"), |st, slot| {
+            let dir = self.ino(st, at)?;
+            st.exchange((slot, self.task.get()), dir, a, b)
+        })
+    }
+
     fn replace_file_at(&self, at: &SimDir, from: &str, to: &str) -> io::Result<()> {
         self.call(&format!("rename {from} over {to}"), |st, _| {
             check_name(from)?;

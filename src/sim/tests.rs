@@ -20,6 +20,7 @@ fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
         no_pidfd: false,
         lossy: false,
         split_convert: false,
+        no_exchange: false,
     }
 }
 

@@ -324,6 +324,16 @@ pub trait System: Clock {
     /// filesystem has no no-replace rename it fails with [`io::ErrorKind::Unsupported`] (for
     /// the reclaim guard, whose rival may be another implementation's empty directory).
     fn rename_exclusive(&self, at: &Self::Dir, from: &str, to: &str) -> io::Result<()>;
+    /// Exchanges the entries `a` and `b` of `at` in one atomic step, both of which must exist
+    /// (a lock handed over: the waiter's candidate becomes `NAME` as the old lock leaves).
+    /// [`io::ErrorKind::Unsupported`] where the system or the filesystem cannot.
+    fn exchange(&self, at: &Self::Dir, a: &str, b: &str) -> io::Result<()> {
+        let _ = (at, a, b);
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this system has no atomic exchange of two names",
+        ))
+    }
     /// Renames file `from` to `to` within `at`, replacing the file at `to` in one step (a
     /// shared lock's record rewritten: a reader of it sees the old record or the new one,
     /// never none).

@@ -1,7 +1,7 @@
 //! macOS: the no-replace rename (`renameatx_np(RENAME_EXCL)`), the process start time from
 //! `proc_pidinfo`, the boot session UUID from `sysctl`, and waiting with [`super::kqueue`].
 
-use super::{at_names, no_exclusive_rename};
+use super::{at_names, no_exchange, no_exclusive_rename};
 pub(super) use libc::__error as errno;
 use std::ffi::CStr;
 use std::io;
@@ -20,6 +20,19 @@ pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result
     })
     .map_err(|e| match e.raw_os_error() {
         Some(libc::ENOTSUP) | Some(libc::EINVAL) => no_exclusive_rename(),
+        _ => e,
+    })
+}
+
+/// `renameatx_np(RENAME_SWAP)`; [`io::ErrorKind::Unsupported`] where the filesystem does not
+/// offer it.
+pub(super) fn exchange(at: &OwnedFd, a: &str, b: &str) -> io::Result<()> {
+    // SAFETY: both names are NUL-terminated and relative to the open directory `at`.
+    at_names(at, a, b, |at, f, t| unsafe {
+        libc::renameatx_np(at, f, at, t, libc::RENAME_SWAP)
+    })
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOTSUP) | Some(libc::EINVAL) => no_exchange(),
         _ => e,
     })
 }

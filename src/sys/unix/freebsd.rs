@@ -10,6 +10,14 @@ use std::os::fd::OwnedFd;
 pub(super) use super::kqueue::watch;
 pub use super::kqueue::Watch;
 
+/// No exchange of two names here: always [`io::ErrorKind::Unsupported`].
+pub(super) fn exchange(_at: &OwnedFd, _a: &str, _b: &str) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this system cannot exchange two names",
+    ))
+}
+
 /// No no-replace rename on the releases this build supports: [`io::ErrorKind::Unsupported`].
 pub(super) fn rename_exclusive(_at: &OwnedFd, _from: &str, _to: &str) -> io::Result<()> {
     Err(no_exclusive_rename())

@@ -1,7 +1,7 @@
 //! Linux: the no-replace rename (`renameat2`), the identity facts of `/proc`, and waiting with
 //! the process's one inotify instance and the holder's pidfd.
 
-use super::{at_names, no_exclusive_rename, owned, read_small};
+use super::{at_names, no_exchange, no_exclusive_rename, owned, read_small};
 pub(super) use libc::__errno_location as errno;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -45,6 +45,22 @@ pub(super) fn rename_exclusive(at: &OwnedFd, from: &str, to: &str) -> io::Result
     })
     .map_err(|e| match e.raw_os_error() {
         Some(libc::EINVAL) | Some(libc::ENOSYS) => no_exclusive_rename(),
+        _ => e,
+    })
+}
+
+/// `renameat2(RENAME_EXCHANGE)`; [`io::ErrorKind::Unsupported`] where the kernel or the
+/// filesystem refuses the flag (`EINVAL`: FUSE, NFS, older kernels).
+pub(super) fn exchange(at: &OwnedFd, a: &str, b: &str) -> io::Result<()> {
+    // An interrupted exchange did not happen (the filesystems that do it are local), so it
+    // is tried again like any call.
+    at_names(at, a, b, |at, f, t| {
+        // SAFETY: both names are NUL-terminated and relative to the open directory `at`;
+        // renameat2 takes no pointers beyond them.
+        unsafe { libc::syscall(libc::SYS_renameat2, at, f, at, t, libc::RENAME_EXCHANGE) as _ }
+    })
+    .map_err(|e| match e.raw_os_error() {
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => no_exchange(),
         _ => e,
     })
 }

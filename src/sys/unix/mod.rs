@@ -88,6 +88,18 @@ fn no_exclusive_rename() -> io::Error {
     )
 }
 
+/// The error of a filesystem (or kernel) that cannot exchange two names.
+#[cfg_attr(
+    not(any(target_os = "linux", target_os = "android", target_vendor = "apple")),
+    expect(dead_code, reason = "only Linux and macOS try")
+)]
+fn no_exchange() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this filesystem cannot exchange two names",
+    )
+}
+
 /// Retries a call interrupted by a signal.
 fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
     loop {
@@ -378,6 +390,10 @@ impl System for Real {
 
     fn rename_exclusive(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {
         platform::rename_exclusive(at, from, to)
+    }
+
+    fn exchange(&self, at: &OwnedFd, a: &str, b: &str) -> io::Result<()> {
+        platform::exchange(at, a, b)
     }
 
     fn replace_file_at(&self, at: &OwnedFd, from: &str, to: &str) -> io::Result<()> {

@@ -40,6 +40,14 @@ use super::no_exclusive_rename;
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
 
+/// No exchange of two names here: always [`io::ErrorKind::Unsupported`].
+pub(super) fn exchange(_at: &OwnedFd, _a: &str, _b: &str) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "this system cannot exchange two names",
+    ))
+}
+
 /// No no-replace rename here: always [`io::ErrorKind::Unsupported`].
 pub(super) fn rename_exclusive(_at: &OwnedFd, _from: &str, _to: &str) -> io::Result<()> {
     Err(no_exclusive_rename())

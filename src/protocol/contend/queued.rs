@@ -1,0 +1,125 @@
+//! A contender's place in the lock's queue ([`crate::protocol::queue`]): it takes a number when
+//! it finds the lock held (or others queued), finds out at each round whether the lock was
+//! handed to it, lets a live waiter ahead of it publish first, and leaves the queue when it
+//! wins or gives up, releasing a lock handed to it at the moment it gave up.
+
+use super::{Contender, Next};
+use crate::error::Error;
+use crate::paths::{queue_name, tombstone_name};
+use crate::protocol::queue;
+use crate::protocol::stage::{unstage, Held, Staged};
+use crate::space::remove_tree;
+use crate::sys::System;
+use std::io;
+use std::time::Duration;
+
+/// How long a waiter that finds the lock free lets a live waiter ahead of it publish first,
+/// before it publishes itself (a waiter ahead that is stopped, or slow to wake, is passed).
+pub(super) const DEFER: Duration = Duration::from_millis(100);
+
+/// Its pause between two looks while it lets a waiter ahead publish.
+const DEFER_PAUSE: Duration = Duration::from_millis(1);
+
+impl<S: System> Contender<'_, '_, S> {
+    /// Before a publish: the lock was handed to us (`Won`), or a live waiter ahead of us may
+    /// take the free lock first (a pause); `None`: publish.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error taking a number.
+    pub(super) fn before_publish(&mut self) -> Result<Option<Next<S>>, Error> {
+        let (sp, name) = (self.sp, self.req.name);
+        if self.ticket.is_none() && sp.sys.meta_at(sp.dir, &queue_name(name)).is_ok() {
+            self.enqueue()?;
+        }
+        let Some(ticket) = &self.ticket else {
+            return Ok(None);
+        };
+        match sp.sys.meta_at(sp.dir, name) {
+            Ok(m) if Some(m.id) == self.c.as_ref().map(|c| c.id) => Ok(Some(Next::Won)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let now = sp.sys.monotonic();
+                let since = *self.deferred.get_or_insert(now);
+                if now.saturating_sub(since) < DEFER && !self.expired() && ticket.ahead(sp) {
+                    return Ok(Some(Next::Pause(DEFER_PAUSE)));
+                }
+                Ok(None)
+            }
+            _ => {
+                self.deferred = None;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Whether the lock was handed to us (after a publish that lost: it may have been, at any
+    /// moment of a round).
+    pub(super) fn handed(&self) -> bool {
+        let (sp, c) = (self.sp, self.c.as_ref());
+        self.queued
+            && c.is_some_and(|c| {
+                sp.sys
+                    .meta_at(sp.dir, self.req.name)
+                    .is_ok_and(|m| m.id == c.id)
+            })
+    }
+
+    /// Takes a number in the queue, once (a filesystem without `flock` has none; an
+    /// acquisition that does not wait takes none).
+    ///
+    /// # Errors
+    ///
+    /// An I/O error making the queue or the entry.
+    pub(super) fn enqueue(&mut self) -> Result<(), Error> {
+        let Some(c) = self.c.as_ref().filter(|_| self.ticket.is_none() && !self.fail_fast) else {
+            return Ok(());
+        };
+        let exclusive = !c.shared;
+        self.ticket = queue::join(self.sp, self.req.name, &c.owner, exclusive)?;
+        self.queued |= self.ticket.is_some();
+        Ok(())
+    }
+
+    /// Leaves the queue (won, or about to stage anew: a new candidate takes a new number).
+    pub(super) fn dequeue(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            t.leave(self.sp, self.req.name);
+        }
+    }
+
+    /// Gives up candidate `c` (an error, a cancel, a dropped future). Unqueued, it is removed.
+    /// Queued, the lock may be handed to it at any moment: it is withdrawn in one step, a
+    /// rename to a tombstone, and what was withdrawn tells. Our candidate: nothing was handed.
+    /// Anything else (the old lock, left at our candidate's name by its holder's exchange), or
+    /// nothing: if `NAME` is our candidate, the lock was handed to us, and is released at once
+    /// (to the next waiter).
+    pub(super) fn give_up_candidate(&mut self, c: Staged<S>) {
+        self.dequeue();
+        if !self.queued {
+            return unstage(self.sp, c);
+        }
+        let (sp, name) = (self.sp, self.req.name);
+        let tomb = tombstone_name(name, &sp.sys.token());
+        let moved = sp.sys.rename_noreplace(sp.dir, &c.name, &tomb).is_ok();
+        let ours = moved && sp.sys.meta_at(sp.dir, &tomb).is_ok_and(|m| m.id == c.id);
+        if moved {
+            remove_tree(sp.sys, sp.dir, &tomb);
+        }
+        if ours || !sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == c.id) {
+            drop(c.dir);
+            sp.sys.own_token(&c.owner.token, false);
+            return;
+        }
+        let held = Held {
+            name: name.to_owned(),
+            owner: c.owner,
+            beacon: c.dir,
+            id: c.id,
+            reclaimed_from: None,
+            last_seen: c.last_seen,
+            shared: c.shared,
+            entry: None,
+        };
+        let _ = crate::protocol::release(sp, held, self.req.resource, sp.sys.pid());
+    }
+}

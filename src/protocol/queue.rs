@@ -1,0 +1,260 @@
+//! The queue of a lock's waiters, first come, first served. `NAME.queue` beside the lock holds
+//! one entry per waiting acquisition, `<number>.<w|r>.<token>` ([`Queued`]): made whole under a
+//! name of its own, then renamed to its number under the queue's exclusive `flock`, one above
+//! every entry then in it, so that numbers follow the order in which waiters came. Its waiter
+//! holds the entry's exclusive `flock` while it waits: a free one proves the waiter gone.
+//!
+//! - **Join** ([`join`]): an acquisition that finds the lock held, or a queue already there,
+//!   takes a number; it leaves ([`Ticket::leave`]) when it wins or gives up.
+//! - **Hand over** ([`hand_over`]): a holder that releases, when the first live waiter takes the
+//!   lock exclusively, exchanges `NAME` with that waiter's staged candidate in one atomic step
+//!   where the filesystem can; the waiter wakes holding the lock.
+//! - **Defer** ([`Ticket::ahead`]): a waiter that finds the lock free publishes only when no
+//!   live waiter is ahead of it (for a bounded time: see `contend`).
+
+use super::stage::write_record;
+use crate::error::Error;
+use crate::owner::Owner;
+use crate::paths::{candidate_name, queue_name, Queued, OWNER_FILE};
+use crate::space::{is_not_dir, lock_past_peekers, make_candidate, not_found, remove_tree, Space};
+use crate::sys::{is, Errno, System};
+use std::io;
+
+/// How many times an acquisition makes `NAME.queue` anew (the last waiter out removed it under
+/// it) before it waits unqueued.
+const TRIES: u32 = 8;
+
+/// How many waiters a release tries to hand the lock to (each found gone at its exchange)
+/// before it releases the lock as if no one waited.
+const HANDOVER_TRIES: usize = 4;
+
+/// A directory beside the lock (`NAME.queue`, `NAME.writers`), made if need be (private, or
+/// the group's in a group's lock directory), held with a `flock` (exclusive or shared) and
+/// checked to be still at its name. `Ok(None)` where the filesystem has no `flock`, or a
+/// conflicting one stays held past the peekers' retries. `what` names it in an error.
+pub(crate) fn hold_beside<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    exclusive: bool,
+    what: &'static str,
+) -> Result<Option<S::Dir>, Error> {
+    let failed = |e| sp.io("make the directory beside the lock", name, e);
+    for _ in 0..TRIES {
+        let made = match sp.sys.mkdir_at(sp.dir, name) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(failed(e)),
+            made => made.is_ok(),
+        };
+        let dir = match sp.sys.open_made_dir_at(sp.dir, name) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if is_not_dir(&e) => {
+                return Err(Error::Unsafe {
+                    path: sp.entry(name),
+                    problem: format!(
+                        "it is a file or a symbolic link, where dirlock keeps a directory for {what}"
+                    ),
+                    fix: "remove it (no process needs it; `dirlock sweep` does)".into(),
+                })
+            }
+            Err(e) => return Err(failed(e)),
+        };
+        match lock_past_peekers(sp, &dir, name, exclusive, "lock the directory beside the lock") {
+            Ok(Some(true)) => {}
+            Ok(None) => return Ok(None),
+            Ok(Some(false)) if exclusive => return Ok(None),
+            Err(e) if !not_found(&e) => return Err(e),
+            _ => continue,
+        }
+        if made && sp.shared.is_some() {
+            // In a group's lock directory, the group's processes use it too.
+            let _ = sp.sys.set_mode(&dir, sp.dir_mode());
+        }
+        let here = match sp.sys.meta(&dir) {
+            Ok(h) => h,
+            // Removed by the last one out (where a removed directory cannot be inspected).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(failed(e)),
+        };
+        // What others may write or own is never trusted: it could hold waiters off for good.
+        if let Some(problem) = sp.private_problem(&here, what) {
+            return Err(Error::Unsafe {
+                path: sp.entry(name),
+                problem,
+                fix: "remove it (no process needs it)".into(),
+            });
+        }
+        if sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == here.id) {
+            return Ok(Some(dir));
+        }
+    }
+    Err(failed(io::Error::other("it was removed again and again")))
+}
+
+/// A waiter's place in the queue: its entry (whose exclusive `flock` it holds) and the queue.
+pub(crate) struct Ticket<S: System> {
+    pub(crate) number: u64,
+    entry: String,
+    dir: S::Dir,
+    queue: S::Dir,
+}
+
+/// Takes a number in `NAME`'s queue for the candidate of `record` (its token), a waiter that
+/// takes the lock exclusively or reads it. `Ok(None)` where there can be no queue (no
+/// `flock`), or its `flock` stays held: the acquisition then waits unqueued.
+///
+/// # Errors
+///
+/// An I/O error making the queue or the entry, or a queue that is not private.
+pub(crate) fn join<S: System>(
+    sp: &Space<S>,
+    lock: &str,
+    record: &Owner,
+    exclusive: bool,
+) -> Result<Option<Ticket<S>>, Error> {
+    let qname = queue_name(lock);
+    for _ in 0..TRIES {
+        let Some(queue) = hold_beside(sp, &qname, true, "the lock's waiters")? else {
+            return Ok(None);
+        };
+        let ticket = number(sp, &qname, queue, record, exclusive);
+        match ticket {
+            Err(e) if not_found(&e) && !sp.removed() => continue,
+            other => return other.map(Some),
+        }
+    }
+    Ok(None)
+}
+
+/// Under the queue's exclusive `flock` (let go on the way out): the entry, made whole and
+/// renamed to the next number.
+fn number<S: System>(
+    sp: &Space<S>,
+    qname: &str,
+    queue: S::Dir,
+    record: &Owner,
+    exclusive: bool,
+) -> Result<Ticket<S>, Error> {
+    let path = sp.entry(qname);
+    let inq = sp.within(&queue, &path);
+    let draft = format!("new.{}", record.token);
+    let made = make_candidate(&inq, &draft, true).and_then(|fresh| {
+        write_record(&inq, &fresh.dir, &draft, record, false, fresh.umask_stripped)?;
+        Ok(fresh.dir)
+    });
+    let numbered = made.and_then(|dir| {
+        let names = sp.sys.list(&queue).map_err(|e| sp.io("list", qname, e))?;
+        let last = names.iter().filter_map(|n| Queued::parse(n)).map(|q| q.number);
+        let mut me = Queued {
+            number: last.max().unwrap_or(0) + 1,
+            exclusive,
+            token: record.token.clone(),
+        };
+        // The queue's `flock` is ours: no one else numbers an entry now. (What another program
+        // put there is passed, never replaced: an entry is never empty.)
+        for _ in 0..TRIES {
+            match sp.sys.rename_noreplace(&queue, &draft, &me.name()) {
+                Ok(_) => return Ok((me, dir)),
+                Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => me.number += 1,
+                Err(e) => return Err(sp.io("number the waiter", qname, e)),
+            }
+        }
+        Err(sp.io("number the waiter", qname, io::Error::other("no free number")))
+    });
+    if numbered.is_err() {
+        remove_tree(sp.sys, &queue, &draft);
+    }
+    let _ = sp.sys.unlock(&queue);
+    let (me, dir) = numbered?;
+    Ok(Ticket {
+        number: me.number,
+        entry: me.name(),
+        dir,
+        queue,
+    })
+}
+
+impl<S: System> Ticket<S> {
+    /// Leaves the queue (won, or given up): the entry is removed, and the queue with it when
+    /// it is empty (a waiter that comes meanwhile makes it anew). Best effort: what remains,
+    /// its `flock` let go, is passed over as a dead waiter's and removed by the next release
+    /// or sweep.
+    pub(crate) fn leave(self, sp: &Space<S>, lock: &str) {
+        let _ = sp.sys.remove_file_at(&self.dir, OWNER_FILE);
+        drop(self.dir);
+        remove_tree(sp.sys, &self.queue, &self.entry);
+        let qname = queue_name(lock);
+        let here = sp.sys.meta(&self.queue).ok();
+        let same = here.is_some_and(|h| sp.sys.meta_at(sp.dir, &qname).is_ok_and(|m| m.id == h.id));
+        if same {
+            let _ = sp.sys.remove_dir_at(sp.dir, &qname);
+        }
+    }
+
+    /// Whether a live waiter is ahead of this one (an entry with a lower number whose `flock`
+    /// is held, or cannot be judged). Entries of dead waiters found on the way are removed.
+    pub(crate) fn ahead(&self, sp: &Space<S>) -> bool {
+        let mut names: Vec<Queued> = match sp.sys.list(&self.queue) {
+            Ok(n) => n.iter().filter_map(|n| Queued::parse(n)).collect(),
+            Err(_) => return false,
+        };
+        names.sort_by_key(|q| q.number);
+        names
+            .iter()
+            .take_while(|q| q.number < self.number)
+            .any(|q| waits(sp.sys, &self.queue, q) != Some(false))
+    }
+}
+
+/// Whether the waiter of entry `q` of `queue` still waits: `Some(false)` when its `flock` is
+/// free (it is gone: the entry is removed) or the entry is gone, `None` when it cannot be told.
+fn waits<S: System>(sys: &S, queue: &S::Dir, q: &Queued) -> Option<bool> {
+    let name = q.name();
+    let dir = match sys.open_dir_at(queue, &name) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(false),
+        Err(_) => return None,
+    };
+    match sys.try_lock(&dir, true) {
+        Ok(true) => {
+            let _ = sys.remove_file_at(&dir, OWNER_FILE);
+            drop(dir);
+            remove_tree(sys, queue, &name);
+            Some(false)
+        }
+        Ok(false) => Some(true),
+        Err(_) => None,
+    }
+}
+
+/// Hands the lock `lock` (ours, token `token`) to the first live waiter, when that waiter takes
+/// it exclusively: `NAME` and its staged candidate are exchanged in one step. Returns the name
+/// our lock now has (the waiter's candidate's), or `None` when no waiter took it (none waits,
+/// the first reads, the filesystem cannot exchange): the caller releases as usual.
+pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Option<String> {
+    let queue = sp.sys.open_dir_at(sp.dir, &queue_name(lock)).ok()?;
+    let mut names: Vec<Queued> = sp
+        .sys
+        .list(&queue)
+        .ok()?
+        .iter()
+        .filter_map(|n| Queued::parse(n))
+        .collect();
+    names.sort_by_key(|q| q.number);
+    let mut tries = 0;
+    for q in names.iter().filter(|q| q.token != token) {
+        match waits(sp.sys, &queue, q) {
+            Some(false) => continue,
+            None => return None,
+            Some(true) if !q.exclusive => return None,
+            Some(true) => {}
+        }
+        let to = candidate_name(lock, &q.token);
+        match sp.sys.exchange(sp.dir, lock, &to) {
+            Ok(()) => return Some(to),
+            // It gave up (or is staging anew) at this very moment: the next one.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < HANDOVER_TRIES => tries += 1,
+            Err(_) => return None,
+        }
+    }
+    None
+}

@@ -1,0 +1,100 @@
+//! The queue and the handoff under simulation: the exchange of two names, and the checks of
+//! I13 (no lock is left to a waiter that gave up) and I14 (a handoff goes to the first live
+//! waiter).
+
+use super::*;
+use crate::paths::{queue_name, Queued};
+
+impl State {
+    /// `exchange(a, b)` in directory `dir` by `(slot, task)`: both names swap places in one
+    /// step. A lock moved away is checked as any move of a lock is (I4 to I6), and a lock
+    /// handed to a waiter's candidate as I14 says.
+    pub(crate) fn exchange(
+        &mut self,
+        (slot, task): (usize, usize),
+        dir: Ino,
+        a: &str,
+        b: &str,
+    ) -> io::Result<()> {
+        check_name(a)?;
+        check_name(b)?;
+        if self.no_exchange || self.fuse {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "no exchange"));
+        }
+        let (ia, ib) = (self.lookup(dir, a)?, self.lookup(dir, b)?);
+        for (name, ino, to) in [(a, ia, b), (b, ib, a)] {
+            if let Entry::Lock(lock) = classify(name) {
+                self.moving(slot, task, ino, &lock);
+                if let Entry::Candidate { token, .. } = classify(to) {
+                    self.handed_in_order(slot, &lock, &token);
+                }
+            }
+        }
+        let entries = self.dir_entries_mut(dir)?;
+        entries.insert(a.to_owned(), ib);
+        entries.insert(b.to_owned(), ia);
+        self.touch(dir);
+        self.bump(ia);
+        self.bump(ib);
+        Ok(())
+    }
+
+    /// I14: lock `lock`, handed to the waiter whose token is `token`, passes no live waiter
+    /// queued before it: one whose entry is exclusively `flock`ed by a live process, and whose
+    /// candidate is still there to be handed the lock.
+    fn handed_in_order(&mut self, slot: usize, lock: &str, token: &str) {
+        let Ok(queue) = self.lookup(self.d(), &queue_name(lock)) else {
+            return;
+        };
+        let Ok(entries) = self.dir_entries(queue) else {
+            return;
+        };
+        let queued: Vec<(Queued, Ino)> = entries
+            .iter()
+            .filter_map(|(n, i)| Queued::parse(n).map(|q| (q, *i)))
+            .collect();
+        let Some(number) = queued.iter().find(|(q, _)| q.token == token).map(|(q, _)| q.number)
+        else {
+            return;
+        };
+        let passed = queued.iter().find(|(q, ino)| {
+            let candidate = crate::paths::candidate_name(lock, &q.token);
+            q.number < number && self.lookup(self.d(), &candidate).is_ok() && self.waiting(*ino)
+        });
+        if let Some((q, _)) = passed {
+            let (n, m) = (number, q.number);
+            self.violation(format!(
+                "I14: p{slot} handed {lock} to waiter {n} past live waiter {m}, queued before it"
+            ));
+        }
+    }
+
+    /// Whether a live process holds the exclusive `flock` of queue entry `ino`.
+    fn waiting(&self, ino: Ino) -> bool {
+        self.ofds.values().any(|o| {
+            o.ino == ino && o.lock == Some(true) && o.holders.iter().any(|h| self.procs[*h].alive)
+        })
+    }
+
+    /// I13, checked after every step: a lock is never left to a live process that no longer
+    /// waits for it nor holds it (a waiter that gave up as it was handed the lock).
+    pub(crate) fn check_handed(&mut self) {
+        let Ok(lock) = self.lookup(self.d(), LOCK) else {
+            return;
+        };
+        // (The reference's records name no writer: it has no queue, and keeps no tokens.)
+        let mine = |o: &Owner| !o.is_shared() && o.writer.is_some();
+        let Some(owner) = self.record(lock).filter(mine) else {
+            return;
+        };
+        let Some(&(slot, task)) = self.tokens.get(&owner.token) else {
+            return;
+        };
+        let p = &self.procs[slot];
+        if p.alive && !self.owned.contains(&(p.process, owner.token.clone())) {
+            self.violation(format!(
+                "I13: {LOCK} is p{slot}.{task}'s, which neither waits for it nor holds it"
+            ));
+        }
+    }
+}

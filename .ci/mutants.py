@@ -183,8 +183,8 @@ MUTANTS = [
      "match Err::<(), io::Error>(io::Error::other(tomb.clone())) {",
      "lib", "sim::tests::two_processes_exhaustively_within_bounds"),
     ("release-leaves-a-forked-copy-locked", 'src/protocol/mod.rs',
-     "    let _ = sp.sys.unlock(&held.beacon);\n    match sp.sys.meta_at(sp.dir, &tomb) {",
-     "    match sp.sys.meta_at(sp.dir, &tomb) {",
+     "    let _ = sp.sys.unlock(&held.beacon);\n    match retired {",
+     "    match retired {",
      "fork", "forked_children_and_execd_programs_do_not_own_the_lock"),
     # The simulation's fork: a child's copy of the guard, and the beacon it shares.
     ("sim-forked-child-releases", 'src/protocol/mod.rs',
@@ -354,7 +354,7 @@ MUTANTS = [
      '                drop(waker);',
      'lib', 'sim::tests::random_schedules_of_tasks_and_processes'),
     ('sim-dropped-acquisition-keeps-its-candidate', 'src/protocol/contend.rs',
-     '        if let Some(c) = self.c.take() {\n            unstage(self.sp, c);\n        }\n        self.withdraw();',
+     '        if let Some(c) = self.c.take() {\n            self.give_up_candidate(c);\n        }\n        self.withdraw();',
      '        if let Some(c) = self.c.take() {\n            drop(c);\n        }\n        self.withdraw();',
      'lib', 'sim::tests::tasks_beside_a_worker_exhaustively_within_bounds'),
     ('async-queue-per-process', 'src/acquire/runtime.rs',
@@ -552,8 +552,8 @@ MUTANTS = [
      '    let lives = named.token == mine.token;',
      'lib', 'sim::tests::shared::the_record_of_long_reads_stays_fresh_for_the_reference'),
     ('shared-writer-gives-up-leaving-its-entry', 'src/protocol/contend.rs',
-     '            unstage(self.sp, c);\n        }\n        self.withdraw();',
-     '            unstage(self.sp, c);\n        }\n        drop(self.intent.take());',
+     '            self.give_up_candidate(c);\n        }\n        self.withdraw();\n    }\n}',
+     '            self.give_up_candidate(c);\n        }\n        drop(self.intent.take());\n    }\n}',
      'it', 'shared::timed_out_and_cancelled_waits_of_readers_and_writers_leave_nothing'),
     # Issue 19: the command as users meet it.
     ("doctor-blind-to-plain-renames", "src/doctor.rs",
@@ -672,6 +672,23 @@ MUTANTS = [
      "                *t == owner.token\n",
      "                false\n",
      "cli", "shared::a_nested_shared_run_of_its_parents_lock_is_refused"),
+    # Issue 22: the queue and the handoff.
+    ("queue-hands-to-the-last-waiter", "src/protocol/queue.rs",
+     "    names.sort_by_key(|q| q.number);\n    let mut tries = 0;",
+     "    names.sort_by_key(|q| std::cmp::Reverse(q.number));\n    let mut tries = 0;",
+     "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
+    ("queue-give-up-ignores-a-handoff", "src/protocol/contend/queued.rs",
+     "        if !self.queued {", "        if true || !self.queued {",
+     "lib", "sim::tests::tasks_beside_a_worker_exhaustively_within_bounds"),
+    ("queue-handed-lock-seen-as-another-holder", "src/protocol/contend.rs",
+     "        if self.c.as_ref().is_some_and(|c| c.id == meta.id) {",
+     "        if false && self.c.as_ref().is_some_and(|c| c.id == meta.id) {",
+     "lib", "sim::tests::two_processes_exhaustively_within_bounds"),
+    ("queue-refresh-in-two-steps", "src/protocol/stage.rs",
+     "    if let Err(e) = sp.sys.replace_file_at(&c.dir, &draft, OWNER_FILE) {",
+     "    let _ = sp.sys.remove_file_at(&c.dir, OWNER_FILE);\n    if let Err(e) = sp.sys.replace_file_at(&c.dir, &draft, OWNER_FILE) {",
+     "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
+
 ]
 
 # How long a broken test may run before it counts as hung (caught).

@@ -8,9 +8,7 @@ mod readers;
 
 use super::queue::Ticket;
 use super::shared::Intent;
-use super::stage::{
-    publish, refresh, restage, stage, Publish, Request, Staged, REFRESH_AFTER,
-};
+use super::stage::{publish, refresh, restage, stage, Publish, Request, Staged, REFRESH_AFTER};
 use super::Held;
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};

@@ -47,18 +47,22 @@ pub(crate) fn hold_beside<S: System>(
         let dir = match sp.sys.open_made_dir_at(sp.dir, name) {
             Ok(d) => d,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) if is_not_dir(&e) => {
-                return Err(Error::Unsafe {
-                    path: sp.entry(name),
-                    problem: format!(
-                        "it is a file or a symbolic link, where dirlock keeps a directory for {what}"
-                    ),
-                    fix: "remove it (no process needs it; `dirlock sweep` does)".into(),
-                })
-            }
+            Err(e) if is_not_dir(&e) => return Err(Error::Unsafe {
+                path: sp.entry(name),
+                problem: format!(
+                    "it is a file or a symbolic link, where dirlock keeps a directory for {what}"
+                ),
+                fix: "remove it (no process needs it; `dirlock sweep` does)".into(),
+            }),
             Err(e) => return Err(failed(e)),
         };
-        match lock_past_peekers(sp, &dir, name, exclusive, "lock the directory beside the lock") {
+        match lock_past_peekers(
+            sp,
+            &dir,
+            name,
+            exclusive,
+            "lock the directory beside the lock",
+        ) {
             Ok(Some(true)) => {}
             Ok(None) => return Ok(None),
             Ok(Some(false)) if exclusive => return Ok(None),
@@ -138,12 +142,22 @@ fn number<S: System>(
     let inq = sp.within(&queue, &path);
     let draft = format!("new.{}", record.token);
     let made = make_candidate(&inq, &draft, true).and_then(|fresh| {
-        write_record(&inq, &fresh.dir, &draft, record, false, fresh.umask_stripped)?;
+        write_record(
+            &inq,
+            &fresh.dir,
+            &draft,
+            record,
+            false,
+            fresh.umask_stripped,
+        )?;
         Ok(fresh.dir)
     });
     let numbered = made.and_then(|dir| {
         let names = sp.sys.list(&queue).map_err(|e| sp.io("list", qname, e))?;
-        let last = names.iter().filter_map(|n| Queued::parse(n)).map(|q| q.number);
+        let last = names
+            .iter()
+            .filter_map(|n| Queued::parse(n))
+            .map(|q| q.number);
         let mut me = Queued {
             number: last.max().unwrap_or(0) + 1,
             exclusive,
@@ -158,7 +172,11 @@ fn number<S: System>(
                 Err(e) => return Err(sp.io("number the waiter", qname, e)),
             }
         }
-        Err(sp.io("number the waiter", qname, io::Error::other("no free number")))
+        Err(sp.io(
+            "number the waiter",
+            qname,
+            io::Error::other("no free number"),
+        ))
     });
     if numbered.is_err() {
         remove_tree(sp.sys, &queue, &draft);

@@ -22,8 +22,8 @@
 //!   before it is [`KEEP_FRESH`] old, so that it never looks older than their grace period
 //!   while a reader lives.
 
-use super::stage::{new_record, shared_record, write_record, Held, Request};
 use super::queue::hold_beside;
+use super::stage::{new_record, shared_record, write_record, Held, Request};
 use super::{check_held, retire_checked_own};
 use crate::error::Error;
 use crate::owner::Owner;
@@ -253,12 +253,16 @@ pub(crate) fn remove_writers_if_free<S: System>(
 /// `NAME.writers`, made if need be, held with a shared `flock` (and still at its name).
 fn hold_writers<S: System>(sp: &Space<S>, name: &str) -> Result<S::Dir, Error> {
     let wname = writers_name(name);
-    hold_beside(sp, &wname, false, "the writers that wait for the lock's readers")?.ok_or_else(
-        || {
-            let e = io::Error::other("another process keeps it locked");
-            sp.io("put a waiting writer in", &wname, e)
-        },
-    )
+    hold_beside(
+        sp,
+        &wname,
+        false,
+        "the writers that wait for the lock's readers",
+    )?
+    .ok_or_else(|| {
+        let e = io::Error::other("another process keeps it locked");
+        sp.io("put a waiting writer in", &wname, e)
+    })
 }
 
 /// `NAME.writers`, when a writer waits for the shared lock `NAME` (holds its shared `flock`).
@@ -362,9 +366,7 @@ pub(crate) fn keep<S: System>(
 /// reader coming in, between its shared `flock` and its entry, is not seen.
 fn others_read<S: System>(sp: &Space<S>, held: &Held<S>) -> bool {
     let path = sp.entry(&held.name);
-    let named = sp.within(&held.beacon, &path)
-        .read_owner(&held.beacon)
-        .ok();
+    let named = sp.within(&held.beacon, &path).read_owner(&held.beacon).ok();
     // The one named first: a look at one entry or pid, where a listing reads them all.
     named.is_some_and(|o| o.token != held.owner.token && lives(sp.sys, &held.beacon, &o))
         || live_reader(sp, &held.name, &held.beacon, &held.owner.token).is_some()
@@ -443,7 +445,8 @@ pub(crate) fn leave<S: System>(
     }
     let _ = sp.sys.unlock(&held.beacon);
     let path = sp.entry(&held.name);
-    let names_us = sp.within(&held.beacon, &path)
+    let names_us = sp
+        .within(&held.beacon, &path)
         .read_owner(&held.beacon)
         .is_ok_and(|o| o.token == held.owner.token);
     if names_us {

@@ -53,7 +53,10 @@ impl State {
             .iter()
             .filter_map(|(n, i)| Queued::parse(n).map(|q| (q, *i)))
             .collect();
-        let Some(number) = queued.iter().find(|(q, _)| q.token == token).map(|(q, _)| q.number)
+        let Some(number) = queued
+            .iter()
+            .find(|(q, _)| q.token == token)
+            .map(|(q, _)| q.number)
         else {
             return;
         };

@@ -71,7 +71,11 @@ impl<S: System> Contender<'_, '_, S> {
     ///
     /// An I/O error making the queue or the entry.
     pub(super) fn enqueue(&mut self) -> Result<(), Error> {
-        let Some(c) = self.c.as_ref().filter(|_| self.ticket.is_none() && !self.fail_fast) else {
+        let Some(c) = self
+            .c
+            .as_ref()
+            .filter(|_| self.ticket.is_none() && !self.fail_fast)
+        else {
             return Ok(());
         };
         let exclusive = !c.shared;

@@ -5,7 +5,8 @@ use crate::liveness::{Judgement, Liveness};
 use crate::options::{grace_left, since, Ages};
 use crate::owner::Owner;
 use crate::paths::{
-    classify, classify_inside, guard_name, Entry, Inside, GUARD_MARKER, OWNER_FILE, READER,
+    classify, classify_inside, guard_name, queue_name, Entry, Inside, Queued, GUARD_MARKER,
+    OWNER_FILE, READER,
 };
 use crate::protocol::shared;
 use crate::space::{beacon_free, creator, open_guard, Creator, Guard, Seen, Space};
@@ -56,7 +57,10 @@ pub struct Status {
     /// Writers waiting in a shared lock for its readers to leave (live, or that cannot be
     /// checked from here), oldest first: new readers wait for them.
     pub writers: Vec<Party>,
-    /// A shared lock's readers and waiting writers that died without leaving (their entry's
+    /// The processes waiting their turn in the lock's queue (live, or that cannot be checked
+    /// from here), first come first: the order in which they will be served.
+    pub queue: Vec<Party>,
+    /// A shared lock's readers and waiting writers (and the queue's waiters) that died without leaving (their entry's
     /// `flock` is free, which the kernel proves): they no longer count, and what they left
     /// inside the lock is removed with it.
     pub departed: Vec<Party>,
@@ -105,6 +109,7 @@ impl Status {
             shared: false,
             readers: Vec::new(),
             writers: Vec::new(),
+            queue: Vec::new(),
             departed: Vec::new(),
         }
     }
@@ -144,14 +149,17 @@ pub enum Role {
     Reader,
     /// It waits for the readers to leave, to hold the lock alone; new readers wait for it.
     Writer,
+    /// It waits its turn in the lock's queue.
+    Queued,
 }
 
 impl Role {
-    /// A stable one-word name: `reader`, `writer`.
+    /// A stable one-word name: `reader`, `writer`, `queued`.
     pub fn name(self) -> &'static str {
         match self {
             Role::Reader => "reader",
             Role::Writer => "writer",
+            Role::Queued => "queued",
         }
     }
 }
@@ -260,7 +268,7 @@ pub(crate) fn group(entries: &[String]) -> BTreeMap<String, Related> {
     let mut locks: BTreeMap<String, Related> = BTreeMap::new();
     for entry in entries {
         match classify(entry) {
-            Entry::Lock(n) | Entry::Guard { lock: n } => {
+            Entry::Lock(n) | Entry::Guard { lock: n } | Entry::Queue { lock: n } => {
                 locks.entry(n).or_default();
             }
             Entry::Candidate { lock, .. } => locks
@@ -273,7 +281,7 @@ pub(crate) fn group(entries: &[String]) -> BTreeMap<String, Related> {
                 .or_default()
                 .tombstones
                 .push(entry.clone()),
-            Entry::Writers { .. } | Entry::Queue { .. } | Entry::Other => {}
+            Entry::Writers { .. } | Entry::Other => {}
         }
     }
     locks
@@ -313,8 +321,41 @@ pub(crate) fn status<S: System>(
         }
     }
     st.guard = guard_state(sp, name)?;
+    queued(sp, name, me, &mut st)?;
     (st.candidates, st.tombstones) = leftovers(sp, me, related);
     Ok(st)
+}
+
+/// The waiters in lock `name`'s queue, into `st`, in their order: each entry observed and
+/// judged as a shared lock's reader is (see [`parties`]).
+fn queued<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    me: &Identity,
+    st: &mut Status,
+) -> Result<(), Error> {
+    let qname = queue_name(name);
+    let queue = match sp.sys.open_dir_at(sp.dir, &qname) {
+        Ok(q) => q,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(sp.io("open the queue of", name, e)),
+    };
+    let path = sp.entry(&qname);
+    let sub = sp.within(&queue, &path);
+    let mut entries: Vec<Queued> = match sp.sys.list(&queue) {
+        Ok(e) => e.iter().filter_map(|n| Queued::parse(n)).collect(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // removed meanwhile
+        Err(e) => return Err(sp.io("list the queue of", name, e)),
+    };
+    entries.sort_by_key(|q| q.number);
+    for q in entries {
+        match party(&sub, q.name(), Role::Queued, me)? {
+            Some(p) if p.liveness.is_dead() => st.departed.push(p),
+            Some(p) => st.queue.push(p),
+            None => {} // it left meanwhile
+        }
+    }
+    Ok(())
 }
 
 /// The state of a lock with a readable record, and why.
@@ -383,7 +424,7 @@ fn parties<S: System>(
         match (party.liveness.is_dead(), role) {
             (true, _) => st.departed.push(party),
             (false, Role::Reader) => st.readers.push(party),
-            (false, Role::Writer) => st.writers.push(party),
+            (false, _) => st.writers.push(party),
         }
     }
     let first = format!("{READER}{}", record.token);

@@ -7,6 +7,7 @@
 //! [docs/command.md]: https://github.com/dirlock/dirlock/blob/main/docs/command.md
 //! [docs/design.md]: https://github.com/dirlock/dirlock/blob/main/docs/design.md
 //! [docs/evidence.md]: https://github.com/dirlock/dirlock/blob/main/docs/evidence.md
+//! [docs/internals.md]: https://github.com/dirlock/dirlock/blob/main/docs/internals.md
 //! [docs/limits.md]: https://github.com/dirlock/dirlock/blob/main/docs/limits.md
 //! [docs/performance.md]: https://github.com/dirlock/dirlock/blob/main/docs/performance.md
 //! [docs/platforms.md]: https://github.com/dirlock/dirlock/blob/main/docs/platforms.md

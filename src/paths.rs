@@ -202,20 +202,36 @@ pub(crate) fn queue_name(lock: &str) -> String {
     format!("{lock}{QUEUE_SUFFIX}")
 }
 
-/// A waiter's entry in a lock's queue, by its name `<number>.<w|r>.<token>`: its number (the
-/// order it came in), whether it takes the lock exclusively (`w`) or reads it (`r`), and its
-/// token (that of its candidate, `NAME.candidate.<token>`).
+/// What a waiter in a lock's queue waits as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiter {
+    /// A thread that takes the lock exclusively (`w`): a release may hand it the lock.
+    Writer,
+    /// A reader (`r`).
+    Reader,
+    /// A task that takes the lock exclusively (`t`): it runs only while its runtime polls it,
+    /// so it publishes the lock itself.
+    Task,
+}
+
+/// A waiter's entry in a lock's queue, by its name `<number>.<w|r|t>.<token>`: its number (the
+/// order it came in), what it waits as, and its token (that of its candidate,
+/// `NAME.candidate.<token>`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Queued {
     pub number: u64,
-    pub exclusive: bool,
+    pub kind: Waiter,
     pub token: String,
 }
 
 impl Queued {
     /// The entry's name.
     pub(crate) fn name(&self) -> String {
-        let kind = if self.exclusive { 'w' } else { 'r' };
+        let kind = match self.kind {
+            Waiter::Writer => 'w',
+            Waiter::Reader => 'r',
+            Waiter::Task => 't',
+        };
         format!("{:020}.{kind}.{}", self.number, self.token)
     }
 
@@ -223,9 +239,10 @@ impl Queued {
     pub(crate) fn parse(entry: &str) -> Option<Queued> {
         let (number, rest) = entry.split_once('.')?;
         let (kind, token) = rest.split_once('.')?;
-        let exclusive = match kind {
-            "w" => true,
-            "r" => false,
+        let kind = match kind {
+            "w" => Waiter::Writer,
+            "r" => Waiter::Reader,
+            "t" => Waiter::Task,
             _ => return None,
         };
         let ok = number.len() == 20 && number.bytes().all(|b| b.is_ascii_digit());
@@ -234,7 +251,7 @@ impl Queued {
         }
         Some(Queued {
             number: number.parse().ok()?,
-            exclusive,
+            kind,
             token: token.to_owned(),
         })
     }

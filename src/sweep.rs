@@ -61,6 +61,12 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
                 }
                 Err(_) => Swept::Untouched,
             },
+            // Left by waiters that died in the lock's queue: removed once no one waits.
+            Entry::Queue { .. } => match crate::protocol::queue::sweep(sp, &entry) {
+                Ok(true) => Swept::Removed,
+                Ok(false) => Swept::Kept("processes wait their turn in it".into()),
+                Err(_) => Swept::Untouched,
+            },
             _ => Swept::Untouched,
         };
         match outcome {

@@ -126,6 +126,7 @@ pub(crate) fn to_json(st: &Status) -> Value {
         "shared": st.shared,
         "readers": st.readers.iter().map(party_json).collect::<Vec<_>>(),
         "writers": st.writers.iter().map(party_json).collect::<Vec<_>>(),
+        "queue": st.queue.iter().map(party_json).collect::<Vec<_>>(),
         "departed": st.departed.iter().map(party_json).collect::<Vec<_>>(),
     });
     json_path(&mut value, &st.path);
@@ -320,9 +321,10 @@ fn processes(readers: &[Party]) -> usize {
 /// A shared lock's readers, waiting writers and those that ended without leaving, a line each,
 /// in words (under [`describe`]'s first line).
 fn parties(st: &Status, out: &mut String) {
-    let groups: [(&[Party], &str); 3] = [
+    let groups: [(&[Party], &str); 4] = [
         (&st.readers, "reader"),
         (&st.writers, "waiting to write"),
+        (&st.queue, "waiting"),
         (&st.departed, "ended without releasing it"),
     ];
     for (list, label) in groups {
@@ -349,6 +351,9 @@ fn party_words(p: &Party) -> String {
     if p.role == dirlock::Role::Writer && p.liveness.is_dead() {
         words.push_str(" (it was waiting to write it)");
     }
+    if p.role == dirlock::Role::Queued && p.liveness.is_dead() {
+        words.push_str(" (it was waiting its turn)");
+    }
     words
 }
 
@@ -367,6 +372,7 @@ fn details(st: &Status, out: &mut String) {
         let _ = writeln!(out, "  writers:    {}", party_details(&st.writers));
         let _ = writeln!(out, "  departed:   {}", party_details(&st.departed));
     }
+    let _ = writeln!(out, "  queue:      {}", party_details(&st.queue));
     let _ = writeln!(out, "  guard:      {}", guard_words(&st.guard));
     let _ = writeln!(out, "  candidates: {}", leftovers(&st.candidates));
     let _ = writeln!(out, "  tombstones: {}", leftovers(&st.tombstones));

@@ -79,6 +79,12 @@ pub(crate) trait Sleep<S: System> {
     fn queue(&self, _dir: FileId, _name: &str) -> Option<Arc<Queue>> {
         None
     }
+
+    /// Whether the waiter runs until it returns (a thread), so that a lock handed to it is
+    /// taken up: a task runs only while its runtime polls it, which it may never do again.
+    fn runs_alone(&self) -> bool {
+        true
+    }
 }
 
 /// How a [`Sleep::bounded`] run ended.
@@ -319,6 +325,9 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         let mut k = Contender::new(&sp, &req, &self.me)?;
         if told {
             k.told();
+        }
+        if !z.runs_alone() {
+            k.not_to_be_handed();
         }
         loop {
             match k.round()? {

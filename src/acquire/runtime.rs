@@ -63,6 +63,10 @@ impl Sleep<Real> for Tokio {
         }
     }
 
+    fn runs_alone(&self) -> bool {
+        false
+    }
+
     fn queue(&self, dir: FileId, name: &str) -> Option<Arc<Queue>> {
         let mut queues = QUEUES.lock();
         let key = (self.0, dir, name.to_owned());

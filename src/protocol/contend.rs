@@ -8,7 +8,7 @@ mod readers;
 
 use super::queue::Ticket;
 use super::shared::Intent;
-use super::stage::{publish, refresh, restage, stage, Publish, Request, Staged, REFRESH_AFTER};
+use super::stage::{refresh, stage, Request, Staged, REFRESH_AFTER};
 use super::Held;
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
@@ -16,7 +16,7 @@ use crate::options::{grace_left, Ages, Backoff, Wait};
 use crate::owner::Owner;
 use crate::paths::guard_name;
 use crate::reclaim::{reclaim, Expect, Reclaim};
-use crate::space::{beacon_free, not_found, Seen, Space};
+use crate::space::{beacon_free, Seen, Space};
 use crate::sys::{FileId, Identity, Meta, System};
 use std::time::Duration;
 
@@ -145,6 +145,8 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     ticket: Option<Ticket<S>>,
     queued: bool,
     deferred: Option<Duration>,
+    /// Whether a release may hand the lock to us (not to a task: see `Sleep::runs_alone`).
+    handable: bool,
 }
 
 impl<S: System> Drop for Contender<'_, '_, S> {
@@ -202,7 +204,13 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             ticket: None,
             queued: false,
             deferred: None,
+            handable: true,
         })
+    }
+
+    /// Marks it as one that a release must not hand the lock to (a task).
+    pub(crate) fn not_to_be_handed(&mut self) {
+        self.handable = false;
     }
 
     /// Marks `on_wait` as told already (by a wait before the contest).
@@ -529,31 +537,10 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
                 return Ok(next);
             }
         }
-        if let Some(next) = self.before_publish()? {
+        if let Some(next) = self.publish_in_turn()? {
             return Ok(next);
         }
         let (sp, req, me) = (self.sp, self.req, self.me);
-        let c = self.staged();
-        if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
-            match refresh(sp, c, me, req.options) {
-                Ok(()) => {}
-                Err(e) if not_found(&e) && !sp.removed() => restage(sp, req, me, c)?,
-                Err(e) => return Err(e),
-            }
-        }
-        match publish(sp, c, req.name)? {
-            Publish::Won => return Ok(Next::Won),
-            _ if self.handed() => return Ok(Next::Won),
-            Publish::Vanished => {
-                self.dequeue();
-                restage(sp, req, me, self.staged())?;
-                return Ok(Next::Again);
-            }
-            Publish::Contended => {
-                self.rounds += 1;
-                self.enqueue()?;
-            }
-        }
         let (dir, meta, owner) = match sp.observe(req.name)? {
             Seen::Gone => return self.idle_round(),
             Seen::Malformed(problem) => {

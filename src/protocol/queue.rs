@@ -15,7 +15,7 @@
 use super::stage::write_record;
 use crate::error::Error;
 use crate::owner::Owner;
-use crate::paths::{candidate_name, queue_name, Queued, OWNER_FILE};
+use crate::paths::{candidate_name, queue_name, Queued, Waiter, OWNER_FILE};
 use crate::space::{is_not_dir, lock_past_peekers, make_candidate, not_found, remove_tree, Space};
 use crate::sys::{is, Errno, System};
 use std::io;
@@ -47,13 +47,7 @@ pub(crate) fn hold_beside<S: System>(
         let dir = match sp.sys.open_made_dir_at(sp.dir, name) {
             Ok(d) => d,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) if is_not_dir(&e) => return Err(Error::Unsafe {
-                path: sp.entry(name),
-                problem: format!(
-                    "it is a file or a symbolic link, where dirlock keeps a directory for {what}"
-                ),
-                fix: "remove it (no process needs it; `dirlock sweep` does)".into(),
-            }),
+            Err(e) if is_not_dir(&e) => return Err(not_a_dir(sp, name, what)),
             Err(e) => return Err(failed(e)),
         };
         match lock_past_peekers(
@@ -73,11 +67,10 @@ pub(crate) fn hold_beside<S: System>(
             // In a group's lock directory, the group's processes use it too.
             let _ = sp.sys.set_mode(&dir, sp.dir_mode());
         }
+        // (Not found: removed by the last one out, where a removed directory cannot be seen.)
         let here = match sp.sys.meta(&dir) {
-            Ok(h) => h,
-            // Removed by the last one out (where a removed directory cannot be inspected).
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(failed(e)),
+            here => here.map_err(failed)?,
         };
         // What others may write or own is never trusted: it could hold waiters off for good.
         if let Some(problem) = sp.private_problem(&here, what) {
@@ -94,6 +87,17 @@ pub(crate) fn hold_beside<S: System>(
     Err(failed(io::Error::other("it was removed again and again")))
 }
 
+/// The error of a file or symbolic link at `name`, where a directory for `what` belongs.
+fn not_a_dir<S: System>(sp: &Space<S>, name: &str, what: &str) -> Error {
+    Error::Unsafe {
+        path: sp.entry(name),
+        problem: format!(
+            "it is a file or a symbolic link, where dirlock keeps a directory for {what}"
+        ),
+        fix: "remove it (no process needs it; `dirlock sweep` does)".into(),
+    }
+}
+
 /// A waiter's place in the queue: its entry (whose exclusive `flock` it holds) and the queue.
 pub(crate) struct Ticket<S: System> {
     pub(crate) number: u64,
@@ -102,8 +106,8 @@ pub(crate) struct Ticket<S: System> {
     queue: S::Dir,
 }
 
-/// Takes a number in `NAME`'s queue for the candidate of `record` (its token), a waiter that
-/// takes the lock exclusively or reads it. `Ok(None)` where there can be no queue (no
+/// Takes a number in `NAME`'s queue for the candidate of `record` (its token), a waiter of
+/// kind `kind`. `Ok(None)` where there can be no queue (no
 /// `flock`), or its `flock` stays held: the acquisition then waits unqueued.
 ///
 /// # Errors
@@ -113,14 +117,14 @@ pub(crate) fn join<S: System>(
     sp: &Space<S>,
     lock: &str,
     record: &Owner,
-    exclusive: bool,
+    kind: Waiter,
 ) -> Result<Option<Ticket<S>>, Error> {
     let qname = queue_name(lock);
     for _ in 0..TRIES {
         let Some(queue) = hold_beside(sp, &qname, true, "the lock's waiters")? else {
             return Ok(None);
         };
-        let ticket = number(sp, &qname, queue, record, exclusive);
+        let ticket = number(sp, &qname, queue, record, kind);
         match ticket {
             Err(e) if not_found(&e) && !sp.removed() => continue,
             other => return other.map(Some),
@@ -136,7 +140,7 @@ fn number<S: System>(
     qname: &str,
     queue: S::Dir,
     record: &Owner,
-    exclusive: bool,
+    kind: Waiter,
 ) -> Result<Ticket<S>, Error> {
     let path = sp.entry(qname);
     let inq = sp.within(&queue, &path);
@@ -160,7 +164,7 @@ fn number<S: System>(
             .map(|q| q.number);
         let mut me = Queued {
             number: last.max().unwrap_or(0) + 1,
-            exclusive,
+            kind,
             token: record.token.clone(),
         };
         // The queue's `flock` is ours: no one else numbers an entry now. (What another program
@@ -244,8 +248,8 @@ fn waits<S: System>(sys: &S, queue: &S::Dir, q: &Queued) -> Option<bool> {
     }
 }
 
-/// Hands the lock `lock` (ours, token `token`) to the first live waiter, when that waiter takes
-/// it exclusively: `NAME` and its staged candidate are exchanged in one step. Returns the name
+/// Hands the lock `lock` (ours, token `token`) to the first live waiter, when that waiter is a
+/// thread that takes it exclusively: `NAME` and its staged candidate are exchanged in one step. Returns the name
 /// our lock now has (the waiter's candidate's), or `None` when no waiter took it (none waits,
 /// the first reads, the filesystem cannot exchange): the caller releases as usual.
 pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Option<String> {
@@ -263,7 +267,8 @@ pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Op
         match waits(sp.sys, &queue, q) {
             Some(false) => continue,
             None => return None,
-            Some(true) if !q.exclusive => return None,
+            // A reader, or a task: it takes the free lock itself, and those behind it wait.
+            Some(true) if q.kind != Waiter::Writer => return None,
             Some(true) => {}
         }
         let to = candidate_name(lock, &q.token);
@@ -275,4 +280,30 @@ pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Op
         }
     }
     None
+}
+
+/// A sweep of queue `qname`: the entries of waiters that died (and drafts their makers left)
+/// are removed, then the queue itself once it is empty. `Ok(true)` removed; `Ok(false)` kept:
+/// live waiters are in it, or one is taking its number.
+pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
+    let queue = sp.sys.open_dir_at(sp.dir, qname)?;
+    if !sp.sys.try_lock(&queue, true)? {
+        return Ok(false);
+    }
+    for name in sp.sys.list(&queue)? {
+        match Queued::parse(&name) {
+            Some(q) => {
+                waits(sp.sys, &queue, &q);
+            }
+            // A draft, made and locked under the queue's `flock`, which we hold: its maker is
+            // gone.
+            None if name.starts_with("new.") => {
+                remove_tree(sp.sys, &queue, &name);
+            }
+            None => {}
+        }
+    }
+    let removed = sp.sys.remove_dir_at(sp.dir, qname).is_ok();
+    let _ = sp.sys.unlock(&queue);
+    Ok(removed)
 }

@@ -230,6 +230,10 @@ impl Sleep<SimSys> for SimRuntime<'_> {
         .await
     }
 
+    fn runs_alone(&self) -> bool {
+        false
+    }
+
     fn queue(&self, dir: FileId, name: &str) -> Option<Arc<Queue>> {
         let mut queues = self.queues.borrow_mut();
         let key = (dir, name.to_owned());

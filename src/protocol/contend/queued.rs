@@ -5,10 +5,12 @@
 
 use super::{Contender, Next};
 use crate::error::Error;
-use crate::paths::{queue_name, tombstone_name};
+use crate::paths::{queue_name, tombstone_name, Waiter as Kind};
 use crate::protocol::queue;
-use crate::protocol::stage::{unstage, Held, Staged};
-use crate::space::remove_tree;
+use crate::protocol::stage::{
+    publish, refresh, restage, unstage, Held, Publish, Staged, REFRESH_AFTER,
+};
+use crate::space::{not_found, remove_tree};
 use crate::sys::System;
 use std::io;
 use std::time::Duration;
@@ -27,7 +29,7 @@ impl<S: System> Contender<'_, '_, S> {
     /// # Errors
     ///
     /// An I/O error taking a number.
-    pub(super) fn before_publish(&mut self) -> Result<Option<Next<S>>, Error> {
+    fn before_publish(&mut self) -> Result<Option<Next<S>>, Error> {
         let (sp, name) = (self.sp, self.req.name);
         if self.ticket.is_none() && sp.sys.meta_at(sp.dir, &queue_name(name)).is_ok() {
             self.enqueue()?;
@@ -47,6 +49,46 @@ impl<S: System> Contender<'_, '_, S> {
             }
             _ => {
                 self.deferred = None;
+                Ok(None)
+            }
+        }
+    }
+
+    /// A round's publish, in turn: `Won`, or what to do instead (`None`: look at the holder).
+    /// Before it, the lock may have been handed to us, or a waiter ahead may go first
+    /// ([`Contender::before_publish`]); a candidate that waited is refreshed; after a publish
+    /// that lost, we take a number.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error staging, refreshing, publishing or taking a number.
+    pub(super) fn publish_in_turn(&mut self) -> Result<Option<Next<S>>, Error> {
+        if let Some(next) = self.before_publish()? {
+            return Ok(Some(next));
+        }
+        let (sp, req, me) = (self.sp, self.req, self.me);
+        let c = self.staged();
+        if sp.sys.monotonic().saturating_sub(c.staged_at) > REFRESH_AFTER {
+            match refresh(sp, c, me, req.options) {
+                Ok(()) => {}
+                Err(e) if not_found(&e) && !sp.removed() => {
+                    self.dequeue();
+                    restage(sp, req, me, self.staged())?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match publish(sp, self.staged(), req.name)? {
+            Publish::Won => Ok(Some(Next::Won)),
+            _ if self.handed() => Ok(Some(Next::Won)),
+            Publish::Vanished => {
+                self.dequeue();
+                restage(sp, req, me, self.staged())?;
+                Ok(Some(Next::Again))
+            }
+            Publish::Contended => {
+                self.rounds += 1;
+                self.enqueue()?;
                 Ok(None)
             }
         }
@@ -78,8 +120,12 @@ impl<S: System> Contender<'_, '_, S> {
         else {
             return Ok(());
         };
-        let exclusive = !c.shared;
-        self.ticket = queue::join(self.sp, self.req.name, &c.owner, exclusive)?;
+        let kind = match (c.shared, self.handable) {
+            (true, _) => Kind::Reader,
+            (false, true) => Kind::Writer,
+            (false, false) => Kind::Task,
+        };
+        self.ticket = queue::join(self.sp, self.req.name, &c.owner, kind)?;
         self.queued |= self.ticket.is_some();
         Ok(())
     }

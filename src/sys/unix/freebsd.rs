@@ -12,10 +12,7 @@ pub use super::kqueue::Watch;
 
 /// No exchange of two names here: always [`io::ErrorKind::Unsupported`].
 pub(super) fn exchange(_at: &OwnedFd, _a: &str, _b: &str) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "this system cannot exchange two names",
-    ))
+    Err(super::no_exchange())
 }
 
 /// No no-replace rename on the releases this build supports: [`io::ErrorKind::Unsupported`].

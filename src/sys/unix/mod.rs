@@ -89,10 +89,6 @@ fn no_exclusive_rename() -> io::Error {
 }
 
 /// The error of a filesystem (or kernel) that cannot exchange two names.
-#[cfg_attr(
-    not(any(target_os = "linux", target_os = "android", target_vendor = "apple")),
-    expect(dead_code, reason = "only Linux and macOS try")
-)]
 fn no_exchange() -> io::Error {
     io::Error::new(
         io::ErrorKind::Unsupported,

@@ -42,10 +42,7 @@ use std::os::fd::{OwnedFd, RawFd};
 
 /// No exchange of two names here: always [`io::ErrorKind::Unsupported`].
 pub(super) fn exchange(_at: &OwnedFd, _a: &str, _b: &str) -> io::Result<()> {
-    Err(io::Error::new(
-        io::ErrorKind::Unsupported,
-        "this system cannot exchange two names",
-    ))
+    Err(super::no_exchange())
 }
 
 /// No no-replace rename here: always [`io::ErrorKind::Unsupported`].

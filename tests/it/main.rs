@@ -19,6 +19,7 @@ mod hardening;
 mod holder;
 mod hostile;
 mod names;
+mod queue;
 mod reclaim;
 mod release;
 mod safety;

@@ -1,0 +1,95 @@
+//! The queue of waiters: served in the order they came, listed by `status` in that order, and
+//! left with nothing behind by a waiter that gives up.
+
+use crate::common::*;
+use dirlock::{Error, Wait};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const LOCK: &str = "q.lock";
+
+/// How many waiters are in `fx`'s queue of [`LOCK`] (as `status` lists them).
+fn queued(fx: &Fixture) -> Vec<String> {
+    let st = fx.locks.named_lock(LOCK).status().unwrap();
+    st.queue
+        .iter()
+        .map(|p| {
+            p.owner
+                .as_ref()
+                .and_then(|o| o.purpose.clone())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Starts a thread that waits (as `wait` says) for [`LOCK`] with purpose `purpose`, and
+/// returns once it is in the queue; the thread records `purpose` in `served` when it holds the
+/// lock, holds it a moment, and returns what its acquisition returned.
+fn waiter<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    fx: &'s Fixture,
+    purpose: &str,
+    wait: Wait,
+    served: &'s Arc<Mutex<Vec<String>>>,
+) -> std::thread::ScopedJoinHandle<'s, Result<(), Error>> {
+    let before = queued(fx).len();
+    let p = purpose.to_owned();
+    let handle = s.spawn(move || {
+        let g = fx.locks.named_lock(LOCK).wait(wait).purpose(&p).acquire()?;
+        served.lock().unwrap().push(p);
+        std::thread::sleep(Duration::from_millis(5));
+        g.release()
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || queued(fx).len() > before),
+        "{purpose} never queued"
+    );
+    handle
+}
+
+#[test]
+fn waiters_are_served_in_the_order_they_came_and_status_lists_them_so() {
+    let fx = Fixture::new();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let names: Vec<String> = (0..6).map(|i| format!("waiter {i}")).collect();
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = names
+            .iter()
+            .map(|n| waiter(s, &fx, n, Wait::Forever, &served))
+            .collect();
+        assert_eq!(queued(&fx), names, "status lists the waiters as they came");
+        held.release().unwrap();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+    });
+    assert_eq!(*served.lock().unwrap(), names, "served out of order");
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
+#[test]
+fn a_waiter_that_gives_up_leaves_its_place_and_nothing_behind() {
+    let fx = Fixture::new();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    std::thread::scope(|s| {
+        let quitter = waiter(
+            s,
+            &fx,
+            "quitter",
+            Wait::Timeout(Duration::from_millis(300)),
+            &served,
+        );
+        let stayer = waiter(s, &fx, "stayer", Wait::Forever, &served);
+        match quitter.join().unwrap() {
+            Err(Error::Timeout { .. }) => {}
+            other => panic!("the quitter did not time out: {other:?}"),
+        }
+        assert_eq!(queued(&fx), ["stayer"], "the quitter left its place");
+        held.release().unwrap();
+        stayer.join().unwrap().unwrap();
+    });
+    assert_eq!(*served.lock().unwrap(), ["stayer"]);
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}

@@ -160,6 +160,15 @@ fn random_schedules_of_three_and_four_processes() {
         cfg.no_flock = true;
         steps += random(&cfg, 0..300);
     }
+    // Without an exchange of names: no handoff, the queue's order kept by its waiters, some of
+    // which give up (and a sweeper removes what dead ones left).
+    for wait in [Wait::Forever, Wait::Timeout(Duration::from_secs(3))] {
+        let mut scripts = workers(3, wait);
+        scripts.push(Script::Sweeper);
+        let mut cfg = config(scripts, Mutant::None);
+        cfg.no_exchange = true;
+        steps += random(&cfg, 0..300);
+    }
     // On FUSE: plain renames, verified; fstat of a removed directory fails.
     for wait in [Wait::Forever, Wait::Immediately] {
         let mut scripts = workers(3, wait);

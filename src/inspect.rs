@@ -348,7 +348,12 @@ fn queued<S: System>(
         Err(e) => return Err(sp.io("list the queue of", name, e)),
     };
     entries.sort_by_key(|q| q.number);
-    for q in entries {
+    // The holder's own entry stays until it releases (it got the lock from the queue).
+    let holder = st.owner.as_ref().map(|o| o.token.clone());
+    for q in entries
+        .into_iter()
+        .filter(|q| Some(&q.token) != holder.as_ref())
+    {
         match party(&sub, q.name(), Role::Queued, me)? {
             Some(p) if p.liveness.is_dead() => st.departed.push(p),
             Some(p) => st.queue.push(p),

@@ -212,9 +212,11 @@ pub(crate) enum Waiter {
     /// A task that takes the lock exclusively (`t`): it runs only while its runtime polls it,
     /// so it publishes the lock itself.
     Task,
+    /// A waiter that holds the lock now (`h`), its entry kept until it releases: passed over.
+    Holding,
 }
 
-/// A waiter's entry in a lock's queue, by its name `<number>.<w|r|t>.<token>`: its number (the
+/// A waiter's entry in a lock's queue, by its name `<number>.<w|r|t|h>.<token>`: its number (the
 /// order it came in), what it waits as, and its token (that of its candidate,
 /// `NAME.candidate.<token>`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -231,6 +233,7 @@ impl Queued {
             Waiter::Writer => 'w',
             Waiter::Reader => 'r',
             Waiter::Task => 't',
+            Waiter::Holding => 'h',
         };
         format!("{:020}.{kind}.{}", self.number, self.token)
     }
@@ -243,6 +246,7 @@ impl Queued {
             "w" => Waiter::Writer,
             "r" => Waiter::Reader,
             "t" => Waiter::Task,
+            "h" => Waiter::Holding,
             _ => return None,
         };
         let ok = number.len() == 20 && number.bytes().all(|b| b.is_ascii_digit());

@@ -232,7 +232,6 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             }
             return held;
         }
-        self.dequeue();
         let (sp, me, options) = (self.sp, self.me, self.req.options);
         let mut c = self
             .c
@@ -252,6 +251,10 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             last_seen: c.last_seen,
             shared: c.shared,
             entry: None,
+            ticket: self.ticket.take().map(|mut t| {
+                t.taken(sp);
+                t
+            }),
         };
         self.withdraw();
         held

@@ -21,20 +21,23 @@ use std::io;
 /// it to a tombstone, check the tombstone, drop the beacon (waking waiters), reap.
 pub(crate) fn release<S: System>(
     sp: &Space<S>,
-    held: Held<S>,
+    mut held: Held<S>,
     resource: &str,
     acquirer: u32,
 ) -> Result<(), Error> {
     if sp.sys.pid() != acquirer {
         return Ok(()); // a forked child: the lock is the parent's
     }
-    let token = held.owner.token.clone();
+    let (token, name) = (held.owner.token.clone(), held.name.clone());
+    let mut ticket = held.ticket.take();
     let result = match held.shared {
         true => shared::leave(sp, held, resource),
-        false => {
-            check_held(sp, &held, resource).and_then(|()| retire_checked_own(sp, held, resource))
-        }
+        false => check_held(sp, &held, resource)
+            .and_then(|()| retire_checked_own(sp, held, resource, &mut ticket)),
     };
+    if let Some(t) = ticket {
+        t.leave(sp, &name);
+    }
     // Whatever happened, the token is no longer ours to hold: a record still carrying it (a
     // retire that failed) names a dead owner from now on.
     sp.sys.own_token(&token, false);
@@ -66,12 +69,46 @@ pub(crate) fn check_held<S: System>(
     }
 }
 
-/// Release proper, once [`check_held`] found `NAME` ours: retire, check the tombstone, wake
-/// waiters, reap. (A shared lock's last reader, holding its exclusive `flock`, too.)
+/// Hands our lock to the first waiter, or retires it, to `tomb` either way (handed over, the
+/// lock is at the waiter's candidate's name, returned, before it is retired), waking the
+/// waiters: the one handed the lock needs nothing more from us, and is woken at once; else
+/// `NAME` is free once retired, and the waiters are woken right after, before the checks and
+/// the reaping. Explicitly, not just by closing: a forked child's copy of the beacon shares
+/// its lock, and would otherwise keep them blocked until the child exits. Our place in the
+/// queue is left after the handoff, or before a release that wakes waiters to contend (they
+/// would wait for us).
+fn hand_over_or_retire<S: System>(
+    sp: &Space<S>,
+    held: &Held<S>,
+    tomb: &str,
+    ticket: &mut Option<queue::Ticket<S>>,
+) -> (Option<String>, io::Result<crate::sys::Renamed>) {
+    let name = held.name.as_str();
+    let handed = queue::hand_over(sp, name, &held.owner.token);
+    if handed.is_some() {
+        let _ = sp.sys.unlock(&held.beacon);
+    } else if let Some(t) = ticket.take() {
+        t.leave(sp, name);
+    }
+    let from = handed.as_deref().unwrap_or(name);
+    let retired = sp.sys.rename_noreplace(sp.dir, from, tomb);
+    if handed.is_none() {
+        let _ = sp.sys.unlock(&held.beacon);
+    }
+    if let Some(t) = ticket.take() {
+        t.leave(sp, name);
+    }
+    (handed, retired)
+}
+
+/// Release proper, once [`check_held`] found `NAME` ours: hand it over or retire it (see
+/// [`hand_over_or_retire`]), check the tombstone, reap. (A shared lock's last reader, holding
+/// its exclusive `flock`, too.)
 fn retire_checked_own<S: System>(
     sp: &Space<S>,
     held: Held<S>,
     resource: &str,
+    ticket: &mut Option<queue::Ticket<S>>,
 ) -> Result<(), Error> {
     let name = held.name.as_str();
     let lost = |problem: &str| Error::Lost {
@@ -81,15 +118,8 @@ fn retire_checked_own<S: System>(
     };
     // Named by our token: unique (a token is published once), and no random draw needed.
     let tomb = tombstone_for(name, &held.owner.token, || sp.sys.token());
-    // Handed over, our lock is at the waiter's candidate's name, and `NAME` is the waiter's.
-    let handed = queue::hand_over(sp, name, &held.owner.token);
+    let (handed, retired) = hand_over_or_retire(sp, &held, &tomb, ticket);
     let from = handed.as_deref().unwrap_or(name);
-    let retired = sp.sys.rename_noreplace(sp.dir, from, &tomb);
-    // `NAME` is free, or the waiter's: wake the waiters blocked in the beacon's flock now,
-    // before the checks and the reaping. Explicitly, not just by closing: a forked child's
-    // copy of the beacon shares its lock, and would otherwise keep them blocked until the
-    // child exits. (Handed over, the waiter needs nothing more from us.)
-    let _ = sp.sys.unlock(&held.beacon);
     match retired {
         Ok(_) => {}
         // The waiter gave up at the moment it was handed the lock, and retired our old lock

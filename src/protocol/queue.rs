@@ -101,6 +101,7 @@ fn not_a_dir<S: System>(sp: &Space<S>, name: &str, what: &str) -> Error {
 /// A waiter's place in the queue: its entry (whose exclusive `flock` it holds) and the queue.
 pub(crate) struct Ticket<S: System> {
     pub(crate) number: u64,
+    token: String,
     entry: String,
     dir: S::Dir,
     queue: S::Dir,
@@ -190,12 +191,33 @@ fn number<S: System>(
     Ok(Ticket {
         number: me.number,
         entry: me.name(),
+        token: me.token,
         dir,
         queue,
     })
 }
 
 impl<S: System> Ticket<S> {
+    /// Marks the entry as its waiter's that holds the lock now (`h`): no release hands the
+    /// lock to it again (its candidate's name may hold the lock's previous directory, on its
+    /// way to a tombstone), and no waiter lets it go first. Best effort: should the rename
+    /// fail, the entry is taken out instead.
+    pub(crate) fn taken(&mut self, sp: &Space<S>) {
+        let held = Queued {
+            number: self.number,
+            kind: Waiter::Holding,
+            token: self.token.clone(),
+        }
+        .name();
+        match sp.sys.rename_noreplace(&self.queue, &self.entry, &held) {
+            Ok(_) => self.entry = held,
+            Err(_) => {
+                let _ = sp.sys.remove_file_at(&self.dir, OWNER_FILE);
+                remove_tree(sp.sys, &self.queue, &self.entry);
+            }
+        }
+    }
+
     /// Leaves the queue (won, or given up): the entry is removed, and the queue with it when
     /// it is empty (a waiter that comes meanwhile makes it anew). Best effort: what remains,
     /// its `flock` let go, is passed over as a dead waiter's and removed by the next release
@@ -223,6 +245,7 @@ impl<S: System> Ticket<S> {
         names
             .iter()
             .take_while(|q| q.number < self.number)
+            .filter(|q| q.kind != Waiter::Holding)
             .any(|q| waits(sp.sys, &self.queue, q) != Some(false))
     }
 }
@@ -263,7 +286,8 @@ pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Op
         .collect();
     names.sort_by_key(|q| q.number);
     let mut tries = 0;
-    for q in names.iter().filter(|q| q.token != token) {
+    let waiting = |q: &&Queued| q.token != token && q.kind != Waiter::Holding;
+    for q in names.iter().filter(waiting) {
         match waits(sp.sys, &queue, q) {
             Some(false) => continue,
             None => return None,

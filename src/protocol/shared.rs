@@ -141,6 +141,7 @@ pub(crate) fn join<S: System>(
         last_seen: None,
         shared: true,
         entry: Some(entry),
+        ticket: None,
     })))
 }
 
@@ -440,7 +441,7 @@ pub(crate) fn leave<S: System>(
             .is_ok_and(|m| m.id == held.id)
     {
         // Our read was whole whatever happens now: a lock another took meanwhile stays theirs.
-        let _ = retire_checked_own(sp, held, resource);
+        let _ = retire_checked_own(sp, held, resource, &mut None);
         return Ok(());
     }
     let _ = sp.sys.unlock(&held.beacon);

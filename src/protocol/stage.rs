@@ -2,6 +2,7 @@
 //! ([`stage`]), refreshed after a long wait ([`refresh`]), and renamed into place without
 //! replacing anything ([`publish`]).
 
+use super::queue::Ticket;
 use super::shared::Entry;
 use crate::error::Error;
 use crate::options::Options;
@@ -45,6 +46,9 @@ pub(crate) struct Held<S: System> {
     /// A shared lock's reader that joined it: its own entry inside the lock, holding `owner`
     /// (the first reader's record is the lock's).
     pub entry: Option<Entry<S>>,
+    /// Our place in the lock's queue, when we waited there: left at release (past the
+    /// handoff to the next waiter), so that a waiter handed the lock returns at once.
+    pub ticket: Option<Ticket<S>>,
 }
 
 /// A staged candidate: our own, unpublished.

@@ -3,7 +3,7 @@
 //! waiter).
 
 use super::*;
-use crate::paths::{queue_name, Queued};
+use crate::paths::{queue_name, Queued, Waiter};
 
 impl State {
     /// `exchange(a, b)` in directory `dir` by `(slot, task)`: both names swap places in one
@@ -26,7 +26,8 @@ impl State {
             if let Entry::Lock(lock) = classify(name) {
                 self.moving(slot, task, ino, &lock);
                 if let Entry::Candidate { token, .. } = classify(to) {
-                    self.handed_in_order(slot, &lock, &token);
+                    let holder = self.record(ino).map(|o| o.token).unwrap_or_default();
+                    self.handed_in_order(slot, &lock, &token, &holder);
                 }
             }
         }
@@ -39,10 +40,11 @@ impl State {
         Ok(())
     }
 
-    /// I14: lock `lock`, handed to the waiter whose token is `token`, passes no live waiter
+    /// I14: lock `lock`, handed by its holder (token `holder`, whose own entry stays in the
+    /// queue until it released) to the waiter whose token is `token`, passes no live waiter
     /// queued before it: one whose entry is exclusively `flock`ed by a live process, and whose
     /// candidate is still there to be handed the lock.
-    fn handed_in_order(&mut self, slot: usize, lock: &str, token: &str) {
+    fn handed_in_order(&mut self, slot: usize, lock: &str, token: &str, holder: &str) {
         let Ok(queue) = self.lookup(self.d(), &queue_name(lock)) else {
             return;
         };
@@ -62,7 +64,11 @@ impl State {
         };
         let passed = queued.iter().find(|(q, ino)| {
             let candidate = crate::paths::candidate_name(lock, &q.token);
-            q.number < number && self.lookup(self.d(), &candidate).is_ok() && self.waiting(*ino)
+            q.number < number
+                && q.token != holder
+                && q.kind != Waiter::Holding
+                && self.lookup(self.d(), &candidate).is_ok()
+                && self.waiting(*ino)
         });
         if let Some((q, _)) = passed {
             let (n, m) = (number, q.number);

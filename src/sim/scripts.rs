@@ -257,6 +257,7 @@ fn forked(sys: &SimSys, grace: Duration) {
         last_seen: None,
         shared: false,
         entry: None,
+        ticket: None,
     };
     if let Err(e) = protocol::release(&space(sys, &root), copy, "sim", acquirer) {
         report(

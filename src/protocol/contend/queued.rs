@@ -169,6 +169,7 @@ impl<S: System> Contender<'_, '_, S> {
             last_seen: c.last_seen,
             shared: c.shared,
             entry: None,
+            ticket: None,
         };
         let _ = crate::protocol::release(sp, held, self.req.resource, sp.sys.pid());
     }

@@ -249,7 +249,11 @@ impl Queued {
             "h" => Waiter::Holding,
             _ => return None,
         };
-        let ok = number.len() == 20 && number.bytes().all(|b| b.is_ascii_digit());
+        // Twenty digits, below 10^19: one more never overflows (a number planted at the top
+        // is not an entry).
+        let ok = number.len() == 20
+            && number.starts_with('0')
+            && number.bytes().all(|b| b.is_ascii_digit());
         if !ok || !safe_token(token) {
             return None;
         }

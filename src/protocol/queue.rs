@@ -73,7 +73,7 @@ pub(crate) fn hold_beside<S: System>(
             here => here.map_err(failed)?,
         };
         // What others may write or own is never trusted: it could hold waiters off for good.
-        if let Some(problem) = sp.private_problem(&here, what) {
+        if let Some(problem) = sp.private_problem(&here, "the directory") {
             return Err(Error::Unsafe {
                 path: sp.entry(name),
                 problem,
@@ -257,6 +257,11 @@ fn waits<S: System>(sys: &S, queue: &S::Dir, q: &Queued) -> Option<bool> {
     let dir = match sys.open_dir_at(queue, &name) {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(false),
+        // A file or a symbolic link: no waiter's (none makes one), removed.
+        Err(e) if is_not_dir(&e) => {
+            let _ = sys.remove_file_at(queue, &name);
+            return Some(false);
+        }
         Err(_) => return None,
     };
     match sys.try_lock(&dir, true) {

@@ -93,3 +93,37 @@ fn a_waiter_that_gives_up_leaves_its_place_and_nothing_behind() {
     assert_eq!(*served.lock().unwrap(), ["stayer"]);
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
+
+#[test]
+fn planted_entries_neither_fail_nor_reorder_the_queue() {
+    let fx = Fixture::new();
+    let queue = fx.dir().join(format!("{LOCK}.queue"));
+    std::fs::create_dir(&queue).unwrap();
+    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    // A number at the top (one more would overflow), a file and a directory nobody locks.
+    std::fs::create_dir(queue.join("18446744073709551615.w.top")).unwrap();
+    std::fs::write(queue.join("00000000000000000001.w.file"), "").unwrap();
+    std::fs::create_dir(queue.join("00000000000000000002.w.nobody")).unwrap();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let names: Vec<String> = (0..4).map(|i| format!("waiter {i}")).collect();
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = names
+            .iter()
+            .map(|n| waiter(s, &fx, n, Wait::Forever, &served))
+            .collect();
+        held.release().unwrap();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+    });
+    assert_eq!(*served.lock().unwrap(), names, "served out of order");
+    // The dead and the planted are passed over and removed; what is no entry stays.
+    let left: Vec<String> = std::fs::read_dir(&queue)
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(left, ["18446744073709551615.w.top"]);
+}

@@ -25,31 +25,27 @@ const DEFER_PAUSE: Duration = Duration::from_millis(1);
 impl<S: System> Contender<'_, '_, S> {
     /// Before a publish: the lock was handed to us (`Won`), or a live waiter ahead of us may
     /// take the free lock first (a pause); `None`: publish.
-    ///
-    /// # Errors
-    ///
-    /// An I/O error taking a number.
-    fn before_publish(&mut self) -> Result<Option<Next<S>>, Error> {
+    fn before_publish(&mut self) -> Option<Next<S>> {
         let (sp, name) = (self.sp, self.req.name);
         if self.ticket.is_none() && sp.sys.meta_at(sp.dir, &queue_name(name)).is_ok() {
-            self.enqueue()?;
+            self.enqueue();
         }
         let Some(ticket) = &self.ticket else {
-            return Ok(None);
+            return None;
         };
         match sp.sys.meta_at(sp.dir, name) {
-            Ok(m) if Some(m.id) == self.c.as_ref().map(|c| c.id) => Ok(Some(Next::Won)),
+            Ok(m) if Some(m.id) == self.c.as_ref().map(|c| c.id) => Some(Next::Won),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let now = sp.sys.monotonic();
                 let since = *self.deferred.get_or_insert(now);
                 if now.saturating_sub(since) < DEFER && !self.expired() && ticket.ahead(sp) {
-                    return Ok(Some(Next::Pause(DEFER_PAUSE)));
+                    return Some(Next::Pause(DEFER_PAUSE));
                 }
-                Ok(None)
+                None
             }
             _ => {
                 self.deferred = None;
-                Ok(None)
+                None
             }
         }
     }
@@ -61,9 +57,9 @@ impl<S: System> Contender<'_, '_, S> {
     ///
     /// # Errors
     ///
-    /// An I/O error staging, refreshing, publishing or taking a number.
+    /// An I/O error staging, refreshing or publishing.
     pub(super) fn publish_in_turn(&mut self) -> Result<Option<Next<S>>, Error> {
-        if let Some(next) = self.before_publish()? {
+        if let Some(next) = self.before_publish() {
             return Ok(Some(next));
         }
         let (sp, req, me) = (self.sp, self.req, self.me);
@@ -88,7 +84,7 @@ impl<S: System> Contender<'_, '_, S> {
             }
             Publish::Contended => {
                 self.rounds += 1;
-                self.enqueue()?;
+                self.enqueue();
                 Ok(None)
             }
         }
@@ -108,26 +104,23 @@ impl<S: System> Contender<'_, '_, S> {
 
     /// Takes a number in the queue, once (a filesystem without `flock` has none; an
     /// acquisition that does not wait takes none).
-    ///
-    /// # Errors
-    ///
-    /// An I/O error making the queue or the entry.
-    pub(super) fn enqueue(&mut self) -> Result<(), Error> {
+    pub(super) fn enqueue(&mut self) {
         let Some(c) = self
             .c
             .as_ref()
             .filter(|_| self.ticket.is_none() && !self.fail_fast)
         else {
-            return Ok(());
+            return;
         };
         let kind = match (c.shared, self.handable) {
             (true, _) => Kind::Reader,
             (false, true) => Kind::Writer,
             (false, false) => Kind::Task,
         };
-        self.ticket = queue::join(self.sp, self.req.name, &c.owner, kind)?;
+        // The queue orders waiters, and nothing more: one that cannot be used (not a private
+        // directory, a full disk) leaves this acquisition to wait unqueued, as without one.
+        self.ticket = queue::join(self.sp, self.req.name, &c.owner, kind).unwrap_or(None);
         self.queued |= self.ticket.is_some();
-        Ok(())
     }
 
     /// Leaves the queue (won, or about to stage anew: a new candidate takes a new number).

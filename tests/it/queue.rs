@@ -127,3 +127,42 @@ fn planted_entries_neither_fail_nor_reorder_the_queue() {
         .unwrap_or_default();
     assert_eq!(left, ["18446744073709551615.w.top"]);
 }
+
+/// Waiters handed the lock in quick succession, in four processes: each release finds its lock
+/// where it left it (once, a holder's own entry, still in the queue, was handed the lock again:
+/// the lock went back to the name the previous holder was retiring, which that release then
+/// reported lost).
+#[test]
+fn quick_handoffs_between_processes_never_touch_anothers_lock() {
+    let fx = Fixture::new();
+    let mut workers: Vec<ChildGuard> = (0..4)
+        .map(|_| {
+            let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+            cmd.args(["--exact", "queue::queue_worker", "--ignored", "--quiet"])
+                .env("DIRLOCK_QUEUE_WORKER_DIR", fx.dir())
+                .stdout(std::process::Stdio::null());
+            ChildGuard::spawn(cmd)
+        })
+        .collect();
+    for w in &mut workers {
+        let status = w
+            .wait_for(Duration::from_secs(120))
+            .expect("a worker wedged");
+        assert!(status.success(), "a worker's release failed: {status}");
+    }
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
+/// The worker of [`quick_handoffs_between_processes_never_touch_anothers_lock`]: 1,500 cycles.
+#[test]
+#[ignore = "a worker, started by quick_handoffs_between_processes_never_touch_anothers_lock"]
+fn queue_worker() {
+    let Some(dir) = std::env::var_os("DIRLOCK_QUEUE_WORKER_DIR") else {
+        return;
+    };
+    let locks = dirlock::Locks::in_dir(std::path::PathBuf::from(dir)).unwrap();
+    for _ in 0..1500 {
+        let g = locks.named_lock(LOCK).wait(Wait::Forever).durable(false);
+        g.acquire().unwrap().release().unwrap();
+    }
+}

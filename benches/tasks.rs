@@ -114,7 +114,7 @@ pub fn once(dir: &Path, asynchronous: bool) {
 
 /// How long the contention section's two processes cycle.
 fn contention_time() -> Duration {
-    Duration::from_secs(if quick() { 1 } else { 4 })
+    Duration::from_secs(if quick() { 1 } else { 10 })
 }
 
 /// `--contend DIR blocking|async N`: says `ready`, and at a line on stdin, N threads (or N
@@ -127,16 +127,22 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
     std::io::stdin().read_line(&mut String::new()).unwrap();
     let end = Instant::now() + contention_time();
     let count = Arc::new(AtomicUsize::new(0));
+    let longest = Arc::new(AtomicUsize::new(0));
     let left = move || end.saturating_duration_since(Instant::now());
     if asynchronous {
         runtime().block_on(async {
             let tasks: Vec<_> = (0..n)
                 .map(|_| {
-                    let (locks, count) = (locks.clone(), count.clone());
+                    let (locks, count, longest) = (locks.clone(), count.clone(), longest.clone());
                     tokio::spawn(async move {
                         while left() > Duration::ZERO {
+                            let t0 = Instant::now();
                             let req = locks.named_lock(LOCK).wait(left());
                             if let Ok(g) = req.acquire_async().await {
+                                longest.fetch_max(
+                                    t0.elapsed().as_micros() as usize,
+                                    Ordering::Relaxed,
+                                );
                                 g.release().unwrap();
                                 count.fetch_add(1, Ordering::Relaxed);
                             }
@@ -153,7 +159,9 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
             for _ in 0..n {
                 s.spawn(|| {
                     while left() > Duration::ZERO {
+                        let t0 = Instant::now();
                         if let Ok(g) = locks.named_lock(LOCK).wait(left()).acquire() {
+                            longest.fetch_max(t0.elapsed().as_micros() as usize, Ordering::Relaxed);
                             g.release().unwrap();
                             count.fetch_add(1, Ordering::Relaxed);
                         }
@@ -162,7 +170,11 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
             }
         });
     }
-    println!("{}", count.load(Ordering::Relaxed));
+    println!(
+        "{} {}",
+        count.load(Ordering::Relaxed),
+        longest.load(Ordering::Relaxed)
+    );
 }
 
 /// Two processes contend for one lock, each with blocking threads or tasks: how many
@@ -216,7 +228,7 @@ fn contention(root: &Path) {
             .map(|o| {
                 let mut line = String::new();
                 o.read_line(&mut line).unwrap();
-                line.trim().parse().unwrap()
+                line.split_whitespace().next().unwrap().parse().unwrap()
             })
             .collect();
         for mut c in children {
@@ -236,6 +248,74 @@ fn contention(root: &Path) {
             100.0 * counts[1] / (counts[0] + counts[1]).max(1.0)
         );
     }
+}
+
+/// Eight processes of one blocking thread each cycle for the contention time: each one's
+/// acquisitions (within ±10 % of each other when the queue is fair) and the longest single
+/// wait any of them had.
+fn fairness(root: &Path) {
+    let dir = fresh(root, "fairness");
+    let _ = Locks::in_dir(&dir).unwrap();
+    let me = std::env::current_exe().unwrap();
+    let mut children: Vec<Child> = (0..8)
+        .map(|_| {
+            Command::new(&me)
+                .args([
+                    "--contend".as_ref(),
+                    dir.as_os_str(),
+                    "blocking".as_ref(),
+                    "1".as_ref(),
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut outs: Vec<_> = children
+        .iter_mut()
+        .map(|c| {
+            let mut out = BufReader::new(c.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line.trim(), "ready");
+            out
+        })
+        .collect();
+    for c in &mut children {
+        c.stdin.take().unwrap().write_all(b"\n").unwrap();
+    }
+    let results: Vec<(f64, f64)> = outs
+        .iter_mut()
+        .map(|o| {
+            let mut line = String::new();
+            o.read_line(&mut line).unwrap();
+            let mut f = line.split_whitespace().map(|x| x.parse::<f64>().unwrap());
+            (f.next().unwrap(), f.next().unwrap())
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let counts: Vec<f64> = results.iter().map(|r| r.0).collect();
+    let mean = counts.iter().sum::<f64>() / counts.len() as f64;
+    let (lo, hi) = counts
+        .iter()
+        .fold((f64::MAX, 0f64), |(l, h), &c| (l.min(c), h.max(c)));
+    let longest = results.iter().map(|r| r.1).fold(0f64, f64::max);
+    println!(
+        "\n### Fairness: 8 processes, one thread each, cycle for {} s\n",
+        contention_time().as_secs()
+    );
+    println!("| acquisitions each | mean | lowest / highest share of the mean | longest single wait |\n| --- | ---: | ---: | ---: |");
+    let each: Vec<String> = counts.iter().map(|c| format!("{c:.0}")).collect();
+    println!(
+        "| {} | {mean:.0} | {:.1} % / {:.1} % | {:.1} ms |",
+        each.join(", "),
+        100.0 * lo / mean,
+        100.0 * hi / mean,
+        longest / 1000.0
+    );
 }
 
 /// A lock directory's path under `root` (`Locks::in_dir` makes it, private).
@@ -517,5 +597,8 @@ pub fn run(want: &dyn Fn(&str) -> bool) {
     }
     if want("contention") {
         contention(root.path());
+    }
+    if want("fairness") {
+        fairness(root.path());
     }
 }

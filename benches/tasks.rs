@@ -184,7 +184,6 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
 fn contention(root: &Path) {
     let dir = fresh(root, "contention");
     let _ = Locks::in_dir(&dir).unwrap();
-    let me = std::env::current_exe().unwrap();
     println!(
         "\n### Contention: two processes cycle for {} s (acquisitions; the second's share)\n",
         contention_time().as_secs()
@@ -198,42 +197,10 @@ fn contention(root: &Path) {
         [("blocking", 20), ("async", 20)],
     ];
     for pair in pairs {
-        let mut children: Vec<Child> = pair
-            .iter()
-            .map(|(kind, n)| {
-                Command::new(&me)
-                    .args(["--contend".as_ref(), dir.as_os_str(), kind.as_ref()])
-                    .arg(n.to_string())
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .unwrap()
-            })
+        let counts: Vec<f64> = contend_in_processes(&dir, &pair)
+            .into_iter()
+            .map(|r| r.0)
             .collect();
-        let mut outs: Vec<_> = children
-            .iter_mut()
-            .map(|c| {
-                let mut out = BufReader::new(c.stdout.take().unwrap());
-                let mut line = String::new();
-                out.read_line(&mut line).unwrap();
-                assert_eq!(line.trim(), "ready");
-                out
-            })
-            .collect();
-        for c in &mut children {
-            c.stdin.take().unwrap().write_all(b"\n").unwrap();
-        }
-        let counts: Vec<f64> = outs
-            .iter_mut()
-            .map(|o| {
-                let mut line = String::new();
-                o.read_line(&mut line).unwrap();
-                line.split_whitespace().next().unwrap().parse().unwrap()
-            })
-            .collect();
-        for mut c in children {
-            assert!(c.wait().unwrap().success());
-        }
         let name = |(kind, n): (&str, usize)| match kind {
             "async" => format!("{n} tasks"),
             _ if n == 1 => "1 blocking thread".to_owned(),
@@ -250,22 +217,16 @@ fn contention(root: &Path) {
     }
 }
 
-/// Eight processes of one blocking thread each cycle for the contention time: each one's
-/// acquisitions (within ±10 % of each other when the queue is fair) and the longest single
-/// wait any of them had.
-fn fairness(root: &Path) {
-    let dir = fresh(root, "fairness");
-    let _ = Locks::in_dir(&dir).unwrap();
+/// Starts one `--contend` process per `(kind, n)`, lets them go together, and returns what each
+/// printed: its acquisitions and its longest single wait (µs).
+fn contend_in_processes(dir: &Path, who: &[(&str, usize)]) -> Vec<(f64, f64)> {
     let me = std::env::current_exe().unwrap();
-    let mut children: Vec<Child> = (0..8)
-        .map(|_| {
+    let mut children: Vec<Child> = who
+        .iter()
+        .map(|(kind, n)| {
             Command::new(&me)
-                .args([
-                    "--contend".as_ref(),
-                    dir.as_os_str(),
-                    "blocking".as_ref(),
-                    "1".as_ref(),
-                ])
+                .args(["--contend".as_ref(), dir.as_os_str(), kind.as_ref()])
+                .arg(n.to_string())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -285,7 +246,7 @@ fn fairness(root: &Path) {
     for c in &mut children {
         c.stdin.take().unwrap().write_all(b"\n").unwrap();
     }
-    let results: Vec<(f64, f64)> = outs
+    let results = outs
         .iter_mut()
         .map(|o| {
             let mut line = String::new();
@@ -297,6 +258,16 @@ fn fairness(root: &Path) {
     for mut c in children {
         assert!(c.wait().unwrap().success());
     }
+    results
+}
+
+/// Eight processes of one blocking thread each cycle for the contention time: each one's
+/// acquisitions (within ±10 % of each other when the queue is fair) and the longest single
+/// wait any of them had.
+fn fairness(root: &Path) {
+    let dir = fresh(root, "fairness");
+    let _ = Locks::in_dir(&dir).unwrap();
+    let results = contend_in_processes(&dir, &[("blocking", 1); 8]);
     let counts: Vec<f64> = results.iter().map(|r| r.0).collect();
     let mean = counts.iter().sum::<f64>() / counts.len() as f64;
     let (lo, hi) = counts

@@ -242,11 +242,13 @@ impl<S: System> Ticket<S> {
             Err(_) => return false,
         };
         names.sort_by_key(|q| q.number);
-        names
-            .iter()
-            .take_while(|q| q.number < self.number)
-            .filter(|q| q.kind != Waiter::Holding)
-            .any(|q| waits(sp.sys, &self.queue, q) != Some(false))
+        // (A holder's entry is no waiter's: looked at only to remove a dead one.)
+        let mut ahead = false;
+        for q in names.iter().take_while(|q| q.number < self.number) {
+            let live = waits(sp.sys, &self.queue, q) != Some(false);
+            ahead |= live && q.kind != Waiter::Holding;
+        }
+        ahead
     }
 }
 
@@ -291,10 +293,11 @@ pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Op
         .collect();
     names.sort_by_key(|q| q.number);
     let mut tries = 0;
-    let waiting = |q: &&Queued| q.token != token && q.kind != Waiter::Holding;
-    for q in names.iter().filter(waiting) {
+    for q in names.iter().filter(|q| q.token != token) {
         match waits(sp.sys, &queue, q) {
             Some(false) => continue,
+            // A holder's entry (a holder killed while holding leaves one: removed above).
+            _ if q.kind == Waiter::Holding => continue,
             None => return None,
             // A reader, or a task: it takes the free lock itself, and those behind it wait.
             Some(true) if q.kind != Waiter::Writer => return None,
@@ -315,7 +318,11 @@ pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Op
 /// are removed, then the queue itself once it is empty. `Ok(true)` removed; `Ok(false)` kept:
 /// live waiters are in it, or one is taking its number.
 pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
-    let queue = sp.sys.open_dir_at(sp.dir, qname)?;
+    let queue = match sp.sys.open_dir_at(sp.dir, qname) {
+        // A file or a link where the queue belongs: it turns the queue off.
+        Err(e) if is_not_dir(&e) => return sp.sys.remove_file_at(sp.dir, qname).map(|()| true),
+        other => other?,
+    };
     if !sp.sys.try_lock(&queue, true)? {
         return Ok(false);
     }

@@ -145,13 +145,17 @@ impl<S: System> Contender<'_, '_, S> {
         let tomb = tombstone_name(name, &sp.sys.token());
         let moved = sp.sys.rename_noreplace(sp.dir, &c.name, &tomb).is_ok();
         let ours = moved && sp.sys.meta_at(sp.dir, &tomb).is_ok_and(|m| m.id == c.id);
-        if moved {
-            remove_tree(sp.sys, sp.dir, &tomb);
+        let handed = !ours && sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == c.id);
+        if !handed {
+            let token = c.owner.token.clone();
+            drop(c); // closed first: where an open directory cannot be removed (Windows)
+            if moved {
+                remove_tree(sp.sys, sp.dir, &tomb);
+            }
+            return sp.sys.own_token(&token, false);
         }
-        if ours || !sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == c.id) {
-            drop(c.dir);
-            sp.sys.own_token(&c.owner.token, false);
-            return;
+        if moved {
+            remove_tree(sp.sys, sp.dir, &tomb); // the old lock, at our candidate's name
         }
         let held = Held {
             name: name.to_owned(),

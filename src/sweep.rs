@@ -3,7 +3,7 @@
 
 use crate::error::Error;
 use crate::options::since;
-use crate::paths::{classify, tombstone_for, Entry};
+use crate::paths::{classify, tombstone_name, Entry};
 use crate::space::{creator, remove_tree, Creator, Space};
 use crate::sys::{Identity, System};
 use std::io;
@@ -42,9 +42,7 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
                     Swept::Kept("it could not be removed".into())
                 }
             }
-            Entry::Candidate { lock, token } => {
-                sweep_candidate(sp, &entry, &lock, &token, grace, me)
-            }
+            Entry::Candidate { lock, .. } => sweep_candidate(sp, &entry, &lock, grace, me),
             // Left by writers that died waiting for a shared lock's readers: removed once no
             // writer waits (it keeps no reader out then).
             Entry::Writers { lock } => match sp.sys.open_dir_at(sp.dir, &entry) {
@@ -94,7 +92,6 @@ fn sweep_candidate<S: System>(
     sp: &Space<S>,
     entry: &str,
     lock: &str,
-    token: &str,
     grace: Duration,
     me: &Identity,
 ) -> Swept {
@@ -118,7 +115,9 @@ fn sweep_candidate<S: System>(
     if record.is_none() && age < STAGING_FLOOR {
         return Swept::Kept("it has no record yet (a run may be starting with it)".into());
     }
-    let tomb = tombstone_for(lock, token, || sp.sys.token());
+    // Named afresh: the lock this candidate's creator published may be a tombstone named by its
+    // token already (handed over, a candidate's name holds the lock before it, on its way out).
+    let tomb = tombstone_name(lock, &sp.sys.token());
     match sp.sys.rename_noreplace(sp.dir, entry, &tomb) {
         Ok(_) => {
             drop(dir);

@@ -84,12 +84,20 @@ fn hand_over_or_retire<S: System>(
     ticket: &mut Option<queue::Ticket<S>>,
 ) -> (Option<String>, io::Result<crate::sys::Renamed>) {
     let name = held.name.as_str();
-    let handed = queue::hand_over(sp, name, &held.owner.token);
-    if handed.is_some() {
-        let _ = sp.sys.unlock(&held.beacon);
-    } else if let Some(t) = ticket.take() {
-        t.leave(sp, name);
+    // What the look at the queue opened is closed once the waiter is woken.
+    let mut opened = Vec::new();
+    let handed = queue::hand_over(sp, name, &held.owner.token, &mut opened);
+    match handed {
+        Some(_) => {
+            let _ = sp.sys.unlock(&held.beacon);
+        }
+        None => {
+            if let Some(t) = ticket.take() {
+                t.leave(sp, name);
+            }
+        }
     }
+    drop(opened);
     let from = handed.as_deref().unwrap_or(name);
     let retired = sp.sys.rename_noreplace(sp.dir, from, tomb);
     if handed.is_none() {

@@ -255,6 +255,17 @@ impl<S: System> Ticket<S> {
 /// Whether the waiter of entry `q` of `queue` still waits: `Some(false)` when its `flock` is
 /// free (it is gone: the entry is removed) or the entry is gone, `None` when it cannot be told.
 fn waits<S: System>(sys: &S, queue: &S::Dir, q: &Queued) -> Option<bool> {
+    waits_keeping(sys, queue, q, &mut Vec::new())
+}
+
+/// [`waits`], keeping the entry it opened, when it waits, in `keep` (closed later: off the way
+/// to the handoff).
+fn waits_keeping<S: System>(
+    sys: &S,
+    queue: &S::Dir,
+    q: &Queued,
+    keep: &mut Vec<S::Dir>,
+) -> Option<bool> {
     let name = q.name();
     let dir = match sys.open_dir_at(queue, &name) {
         Ok(d) => d,
@@ -273,16 +284,25 @@ fn waits<S: System>(sys: &S, queue: &S::Dir, q: &Queued) -> Option<bool> {
             remove_tree(sys, queue, &name);
             Some(false)
         }
-        Ok(false) => Some(true),
+        Ok(false) => {
+            keep.push(dir);
+            Some(true)
+        }
         Err(_) => None,
     }
 }
 
 /// Hands the lock `lock` (ours, token `token`) to the first live waiter, when that waiter is a
-/// thread that takes it exclusively: `NAME` and its staged candidate are exchanged in one step. Returns the name
+/// thread that takes it exclusively (what it opened is left in `keep`, for the caller to close
+/// once it woke the waiter): `NAME` and its staged candidate are exchanged in one step. Returns the name
 /// our lock now has (the waiter's candidate's), or `None` when no waiter took it (none waits,
 /// the first reads, the filesystem cannot exchange): the caller releases as usual.
-pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Option<String> {
+pub(crate) fn hand_over<S: System>(
+    sp: &Space<S>,
+    lock: &str,
+    token: &str,
+    keep: &mut Vec<S::Dir>,
+) -> Option<String> {
     let queue = sp.sys.open_dir_at(sp.dir, &queue_name(lock)).ok()?;
     let mut names: Vec<Queued> = sp
         .sys
@@ -293,25 +313,30 @@ pub(crate) fn hand_over<S: System>(sp: &Space<S>, lock: &str, token: &str) -> Op
         .collect();
     names.sort_by_key(|q| q.number);
     let mut tries = 0;
+    let mut handed = None;
     for q in names.iter().filter(|q| q.token != token) {
-        match waits(sp.sys, &queue, q) {
+        match waits_keeping(sp.sys, &queue, q, keep) {
             Some(false) => continue,
             // A holder's entry (a holder killed while holding leaves one: removed above).
             _ if q.kind == Waiter::Holding => continue,
-            None => return None,
+            None => break,
             // A reader, or a task: it takes the free lock itself, and those behind it wait.
-            Some(true) if q.kind != Waiter::Writer => return None,
+            Some(true) if q.kind != Waiter::Writer => break,
             Some(true) => {}
         }
         let to = candidate_name(lock, &q.token);
         match sp.sys.exchange(sp.dir, lock, &to) {
-            Ok(()) => return Some(to),
+            Ok(()) => {
+                handed = Some(to);
+                break;
+            }
             // It gave up (or is staging anew) at this very moment: the next one.
             Err(e) if e.kind() == io::ErrorKind::NotFound && tries < HANDOVER_TRIES => tries += 1,
-            Err(_) => return None,
+            Err(_) => break,
         }
     }
-    None
+    keep.push(queue);
+    handed
 }
 
 /// A sweep of queue `qname`: the entries of waiters that died (and drafts their makers left)

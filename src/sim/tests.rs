@@ -545,26 +545,3 @@ fn status_and_acquisition_agree_on_every_state() {
     }
     assert!(steps > 10_000, "only {steps} steps");
 }
-
-#[test]
-#[ignore = "hunt"]
-fn hunt_queue() {
-    let n: usize = std::env::var("N").map_or(3, |v| v.parse().unwrap());
-    let rounds: u32 = std::env::var("ROUNDS").map_or(2, |v| v.parse().unwrap());
-    let mut cfg = config(
-        vec![
-            Script::Worker {
-                rounds,
-                wait: Wait::Forever
-            };
-            n
-        ],
-        Mutant::None,
-    );
-    cfg.crashes = 0;
-    for seed in 0..20000u64 {
-        if let Err(v) = run(&cfg, &mut Random::new(seed)) {
-            panic!("seed {seed}: {}", v.lines().next().unwrap_or(""));
-        }
-    }
-}

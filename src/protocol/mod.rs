@@ -87,21 +87,26 @@ fn hand_over_or_retire<S: System>(
     // What the look at the queue opened is closed once the waiter is woken.
     let mut opened = Vec::new();
     let handed = queue::hand_over(sp, name, &held.owner.token, &mut opened);
+    let queued = !opened.is_empty();
     match handed {
         Some(_) => {
             let _ = sp.sys.unlock(&held.beacon);
+            drop(opened);
         }
         None => {
+            drop(opened); // first: an open directory cannot be removed on Windows
             if let Some(t) = ticket.take() {
                 t.leave(sp, name);
             }
         }
     }
-    drop(opened);
     let from = handed.as_deref().unwrap_or(name);
     let retired = sp.sys.rename_noreplace(sp.dir, from, tomb);
     if handed.is_none() {
         let _ = sp.sys.unlock(&held.beacon);
+        if queued {
+            queue::remove_if_empty(sp, name); // emptied of dead waiters
+        }
     }
     if let Some(t) = ticket.take() {
         t.leave(sp, name);

@@ -230,7 +230,7 @@ impl<S: System> Ticket<S> {
         let here = sp.sys.meta(&self.queue).ok();
         let same = here.is_some_and(|h| sp.sys.meta_at(sp.dir, &qname).is_ok_and(|m| m.id == h.id));
         if same {
-            let _ = sp.sys.remove_dir_at(sp.dir, &qname);
+            remove_if_empty(sp, lock);
         }
     }
 
@@ -250,6 +250,12 @@ impl<S: System> Ticket<S> {
         }
         ahead
     }
+}
+
+/// Removes `NAME.queue` if it is empty (a waiter that comes meanwhile finds it gone, and
+/// makes it anew).
+pub(crate) fn remove_if_empty<S: System>(sp: &Space<S>, lock: &str) {
+    let _ = sp.sys.remove_dir_at(sp.dir, &queue_name(lock));
 }
 
 /// Whether the waiter of entry `q` of `queue` still waits: `Some(false)` when its `flock` is

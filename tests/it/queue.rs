@@ -166,3 +166,17 @@ fn queue_worker() {
         g.acquire().unwrap().release().unwrap();
     }
 }
+
+/// A queue left with only a dead waiter's entry (a waiter killed while it waited) is gone
+/// after the next release, whoever made it: the next holder does not pay for it for good.
+#[test]
+fn a_release_removes_a_queue_left_to_the_dead() {
+    let fx = Fixture::new();
+    let queue = fx.dir().join(format!("{LOCK}.queue"));
+    std::fs::create_dir(&queue).unwrap();
+    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::create_dir(queue.join("00000000000000000001.w.dead")).unwrap();
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap(); // fails fast: takes no number
+    held.release().unwrap();
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}

@@ -689,6 +689,15 @@ MUTANTS = [
      "    let _ = sp.sys.remove_file_at(&c.dir, OWNER_FILE);\n    if let Err(e) = sp.sys.replace_file_at(&c.dir, &draft, OWNER_FILE) {",
      "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
 
+    ("queue-left-to-the-dead-stays", "src/protocol/mod.rs",
+     "            queue::remove_if_empty(sp, name); // emptied of dead waiters",
+     "            let _ = queued;",
+     "it", "queue::a_release_removes_a_queue_left_to_the_dead"),
+    ("queue-planted-top-number-overflows", "src/paths.rs",
+     "            && number.starts_with('0')\n",
+     "",
+     "it", "queue::planted_entries_neither_fail_nor_reorder_the_queue"),
+
 ]
 
 # How long a broken test may run before it counts as hung (caught).

@@ -183,8 +183,8 @@ MUTANTS = [
      "match Err::<(), io::Error>(io::Error::other(tomb.clone())) {",
      "lib", "sim::tests::two_processes_exhaustively_within_bounds"),
     ("release-leaves-a-forked-copy-locked", 'src/protocol/mod.rs',
-     "    if handed.is_none() {\n        let _ = sp.sys.unlock(&held.beacon);\n    }",
-     "    if handed.is_none() {\n    }",
+     "    if handed.is_none() {\n        let _ = sp.sys.unlock(&held.beacon);\n",
+     "    if handed.is_none() {\n",
      "fork", "forked_children_and_execd_programs_do_not_own_the_lock"),
     # The simulation's fork: a child's copy of the guard, and the beacon it shares.
     ("sim-forked-child-releases", 'src/protocol/mod.rs',
@@ -385,12 +385,18 @@ MUTANTS = [
         if told {
             k.told();
         }
+        if !z.runs_alone() {
+            k.not_to_be_handed();
+        }
         loop {
             match k.round()? {""",
      """        loop {
             let mut k = Contender::new(&sp, &req, &self.me)?;
             if told {
                 k.told();
+            }
+            if !z.runs_alone() {
+                k.not_to_be_handed();
             }
             match k.round()? {""",
      'async', 'tasks::a_waiting_task_keeps_its_candidate_staged_and_publishes_it'),

@@ -477,10 +477,12 @@ fn sweep_removes_only_what_it_may() {
         assert!(!report.contains(word), "{word}: {report}");
     }
     let _ = &waiting;
+    // (The waiter waits its turn in the lock's queue.)
     let mut want = vec![
         "notes.txt".to_owned(),
         "s.lock".into(),
         "s.lock.candidate.fresh".into(),
+        "s.lock.queue".into(),
         waiting.clone(),
     ];
     want.sort();

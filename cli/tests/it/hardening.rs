@@ -495,7 +495,7 @@ fn record_text_cannot_inject_into_a_terminal() {
     let o = out(dirlock_in(fx.dir(), &["status", "--lock", "x.lock"]));
     clean(&text(&o.stdout), "status", 2);
     let o = out(dirlock_in(fx.dir(), &["status", "-v", "--lock", "x.lock"]));
-    clean(&text(&o.stdout), "status -v", 8);
+    clean(&text(&o.stdout), "status -v", 9);
     let err = fx.locks.named_lock("x.lock").acquire().unwrap_err();
     let msg = err.to_string();
     assert!(!msg.chars().any(char::is_control), "Display: {msg:?}");

@@ -198,6 +198,9 @@ fn a_waiter_on_a_pid_judged_holder_wakes_when_it_dies_even_without_pidfd() {
             let refused = eventually(Duration::from_secs(20), || {
                 std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("ENOSYS"))
             });
+            // Killed once the waiter sleeps (a few of its looks), not between its request and
+            // its first sleep: a waiter that finds the holder gone then never sleeps at all.
+            std::thread::sleep(Duration::from_millis(300));
             victim.kill().unwrap();
             victim.wait().unwrap();
             refused

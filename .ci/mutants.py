@@ -693,7 +693,8 @@ MUTANTS = [
     ("queue-refresh-in-two-steps", "src/protocol/stage.rs",
      "    if let Err(e) = sp.sys.replace_file_at(&c.dir, &draft, OWNER_FILE) {",
      "    let _ = sp.sys.remove_file_at(&c.dir, OWNER_FILE);\n    if let Err(e) = sp.sys.replace_file_at(&c.dir, &draft, OWNER_FILE) {",
-     "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
+     "lib", ["sim::tests::a_waiter_on_a_pid_judged_holder_wakes_when_it_dies",
+             "sim::tests::lost_notifications_never_wedge_a_waiter"]),
 
     ("queue-left-to-the-dead-stays", "src/protocol/mod.rs",
      "            queue::remove_if_empty(sp, name); // emptied of dead waiters",

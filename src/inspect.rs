@@ -355,6 +355,8 @@ fn queued<S: System>(
         .filter(|q| Some(&q.token) != holder.as_ref())
     {
         match party(&sub, q.name(), Role::Queued, me)? {
+            // Without its record: taken out (or made) at this instant.
+            Some(p) if p.owner.is_none() => {}
             Some(p) if p.liveness.is_dead() => st.departed.push(p),
             Some(p) => st.queue.push(p),
             None => {} // it left meanwhile

@@ -468,6 +468,15 @@ pub(crate) fn lock_past_peekers<S: System>(
     Ok(Some(false))
 }
 
+/// Removes an entry of ours, `name` in `at`, open as `dir` (a reader's, a writer's, a queued
+/// waiter's): its record through the handle, then the handle closed (letting its `flock` go;
+/// an open directory cannot be removed on Windows), then the directory. Best effort.
+pub(crate) fn remove_entry_dir<S: System>(sys: &S, at: &S::Dir, name: &str, dir: S::Dir) {
+    let _ = sys.remove_file_at(&dir, OWNER_FILE);
+    drop(dir);
+    remove_tree(sys, at, name);
+}
+
 /// Removes `name` in `at` and everything below it, never following a symlink; best effort
 /// (what remains is a tombstone or candidate that a sweep removes later).
 pub(crate) fn remove_tree<S: System>(sys: &S, at: &S::Dir, name: &str) -> bool {

@@ -16,7 +16,9 @@ use super::stage::write_record;
 use crate::error::Error;
 use crate::owner::Owner;
 use crate::paths::{candidate_name, queue_name, Queued, Waiter, OWNER_FILE};
-use crate::space::{is_not_dir, lock_past_peekers, make_candidate, not_found, remove_tree, Space};
+use crate::space::{
+    is_not_dir, lock_past_peekers, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
+};
 use crate::sys::{is, Errno, System};
 use std::io;
 
@@ -223,9 +225,7 @@ impl<S: System> Ticket<S> {
     /// its `flock` let go, is passed over as a dead waiter's and removed by the next release
     /// or sweep.
     pub(crate) fn leave(self, sp: &Space<S>, lock: &str) {
-        let _ = sp.sys.remove_file_at(&self.dir, OWNER_FILE);
-        drop(self.dir);
-        remove_tree(sp.sys, &self.queue, &self.entry);
+        remove_entry_dir(sp.sys, &self.queue, &self.entry, self.dir);
         let qname = queue_name(lock);
         let here = sp.sys.meta(&self.queue).ok();
         let same = here.is_some_and(|h| sp.sys.meta_at(sp.dir, &qname).is_ok_and(|m| m.id == h.id));
@@ -285,9 +285,7 @@ fn waits_keeping<S: System>(
     };
     match sys.try_lock(&dir, true) {
         Ok(true) => {
-            let _ = sys.remove_file_at(&dir, OWNER_FILE);
-            drop(dir);
-            remove_tree(sys, queue, &name);
+            remove_entry_dir(sys, queue, &name, dir);
             Some(false)
         }
         Ok(false) => {

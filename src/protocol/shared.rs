@@ -31,7 +31,9 @@ use crate::paths::{
     classify, classify_inside, record_draft, writers_name, Entry as Name, Inside, OWNER_FILE,
     READER, WRITER,
 };
-use crate::space::{beacon_free, lock_past_peekers, make_candidate, not_found, remove_tree, Space};
+use crate::space::{
+    beacon_free, lock_past_peekers, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
+};
 use crate::sys::{FileId, Identity, System};
 use std::io;
 use std::time::Duration;
@@ -82,9 +84,7 @@ fn make_entry<S: System>(
 /// Takes entry `e` out of the lock directory `lock` (best effort: what remains is removed with
 /// the lock).
 pub(crate) fn remove_entry<S: System>(sys: &S, lock: &S::Dir, e: Entry<S>) {
-    let _ = sys.remove_file_at(&e.dir, OWNER_FILE);
-    drop(e.dir);
-    remove_tree(sys, lock, &e.name);
+    remove_entry_dir(sys, lock, &e.name, e.dir);
 }
 
 /// What a reader found when it tried to join a shared lock.

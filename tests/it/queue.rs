@@ -47,24 +47,30 @@ fn waiter<'s>(
     handle
 }
 
-#[test]
-fn waiters_are_served_in_the_order_they_came_and_status_lists_them_so() {
-    let fx = Fixture::new();
+/// `n` waiters queue, one after another, behind a holder that then releases: `status` lists
+/// them as they came, and they are served in that order.
+fn served_in_turn(fx: &Fixture, n: usize) {
     let served = Arc::new(Mutex::new(Vec::new()));
-    let names: Vec<String> = (0..6).map(|i| format!("waiter {i}")).collect();
+    let names: Vec<String> = (0..n).map(|i| format!("waiter {i}")).collect();
     let held = fx.locks.named_lock(LOCK).acquire().unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = names
             .iter()
-            .map(|n| waiter(s, &fx, n, Wait::Forever, &served))
+            .map(|p| waiter(s, fx, p, Wait::Forever, &served))
             .collect();
-        assert_eq!(queued(&fx), names, "status lists the waiters as they came");
+        assert_eq!(queued(fx), names, "status lists the waiters as they came");
         held.release().unwrap();
         for h in handles {
             h.join().unwrap().unwrap();
         }
     });
     assert_eq!(*served.lock().unwrap(), names, "served out of order");
+}
+
+#[test]
+fn waiters_are_served_in_the_order_they_came_and_status_lists_them_so() {
+    let fx = Fixture::new();
+    served_in_turn(&fx, 6);
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 
@@ -104,20 +110,7 @@ fn planted_entries_neither_fail_nor_reorder_the_queue() {
     std::fs::create_dir(queue.join("18446744073709551615.w.top")).unwrap();
     std::fs::write(queue.join("00000000000000000001.w.file"), "").unwrap();
     std::fs::create_dir(queue.join("00000000000000000002.w.nobody")).unwrap();
-    let served = Arc::new(Mutex::new(Vec::new()));
-    let names: Vec<String> = (0..4).map(|i| format!("waiter {i}")).collect();
-    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = names
-            .iter()
-            .map(|n| waiter(s, &fx, n, Wait::Forever, &served))
-            .collect();
-        held.release().unwrap();
-        for h in handles {
-            h.join().unwrap().unwrap();
-        }
-    });
-    assert_eq!(*served.lock().unwrap(), names, "served out of order");
+    served_in_turn(&fx, 4);
     // The dead and the planted are passed over and removed; what is no entry stays.
     let left: Vec<String> = std::fs::read_dir(&queue)
         .map(|d| {

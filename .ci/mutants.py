@@ -680,8 +680,8 @@ MUTANTS = [
      "cli", "shared::a_nested_shared_run_of_its_parents_lock_is_refused"),
     # Issue 22: the queue and the handoff.
     ("queue-hands-to-the-last-waiter", "src/protocol/queue.rs",
-     "    names.sort_by_key(|q| q.number);\n    let mut tries = 0;",
-     "    names.sort_by_key(|q| std::cmp::Reverse(q.number));\n    let mut tries = 0;",
+     "    entries.sort_by_key(|q| q.number);\n    Ok(entries)",
+     "    entries.sort_by_key(|q| std::cmp::Reverse(q.number));\n    Ok(entries)",
      "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
     ("queue-give-up-ignores-a-handoff", "src/protocol/contend/queued.rs",
      "        if !self.queued {", "        if true || !self.queued {",

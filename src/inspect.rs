@@ -5,8 +5,8 @@ use crate::liveness::{Judgement, Liveness};
 use crate::options::{grace_left, since, Ages};
 use crate::owner::Owner;
 use crate::paths::{
-    classify, classify_inside, guard_name, queue_name, Entry, Inside, Queued, GUARD_MARKER,
-    OWNER_FILE, READER,
+    classify, classify_inside, guard_name, queue_name, Entry, Inside, GUARD_MARKER, OWNER_FILE,
+    READER,
 };
 use crate::protocol::shared;
 use crate::space::{beacon_free, creator, open_guard, Creator, Guard, Seen, Space};
@@ -342,12 +342,11 @@ fn queued<S: System>(
     };
     let path = sp.entry(&qname);
     let sub = sp.within(&queue, &path);
-    let mut entries: Vec<Queued> = match sp.sys.list(&queue) {
-        Ok(e) => e.iter().filter_map(|n| Queued::parse(n)).collect(),
+    let entries = match crate::protocol::queue::in_order(sp.sys, &queue) {
+        Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // removed meanwhile
         Err(e) => return Err(sp.io("list the queue of", name, e)),
     };
-    entries.sort_by_key(|q| q.number);
     // The holder's own entry stays until it releases (it got the lock from the queue).
     let holder = st.owner.as_ref().map(|o| o.token.clone());
     for q in entries

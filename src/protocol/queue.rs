@@ -237,11 +237,9 @@ impl<S: System> Ticket<S> {
     /// Whether a live waiter is ahead of this one (an entry with a lower number whose `flock`
     /// is held, or cannot be judged). Entries of dead waiters found on the way are removed.
     pub(crate) fn ahead(&self, sp: &Space<S>) -> bool {
-        let mut names: Vec<Queued> = match sp.sys.list(&self.queue) {
-            Ok(n) => n.iter().filter_map(|n| Queued::parse(n)).collect(),
-            Err(_) => return false,
+        let Ok(names) = in_order(sp.sys, &self.queue) else {
+            return false;
         };
-        names.sort_by_key(|q| q.number);
         // (A holder's entry is no waiter's: looked at only to remove a dead one.)
         let mut ahead = false;
         for q in names.iter().take_while(|q| q.number < self.number) {
@@ -250,6 +248,17 @@ impl<S: System> Ticket<S> {
         }
         ahead
     }
+}
+
+/// The waiters' entries in `queue`, first come first (what is not an entry left out).
+pub(crate) fn in_order<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Vec<Queued>> {
+    let mut entries: Vec<Queued> = sys
+        .list(queue)?
+        .iter()
+        .filter_map(|n| Queued::parse(n))
+        .collect();
+    entries.sort_by_key(|q| q.number);
+    Ok(entries)
 }
 
 /// Removes `NAME.queue` if it is empty (a waiter that comes meanwhile finds it gone, and
@@ -308,14 +317,7 @@ pub(crate) fn hand_over<S: System>(
     keep: &mut Vec<S::Dir>,
 ) -> Option<String> {
     let queue = sp.sys.open_dir_at(sp.dir, &queue_name(lock)).ok()?;
-    let mut names: Vec<Queued> = sp
-        .sys
-        .list(&queue)
-        .ok()?
-        .iter()
-        .filter_map(|n| Queued::parse(n))
-        .collect();
-    names.sort_by_key(|q| q.number);
+    let names = in_order(sp.sys, &queue).ok()?;
     let mut tries = 0;
     let mut handed = None;
     for q in names.iter().filter(|q| q.token != token) {

@@ -35,9 +35,14 @@ fn a_waiter_takes_over_when_the_holder_is_killed() {
 }
 
 #[test]
-fn a_timed_out_wait_leaves_nothing_behind() {
+fn a_refused_or_timed_out_wait_leaves_nothing_behind() {
     let fx = Fixture::new();
     let _holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
+    // Failing fast, a contender never queues: its candidate is removed as it was staged.
+    let err = fx.locks.named_lock("w.lock").acquire().unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+    assert_eq!(fx.entries(), vec!["w.lock".to_owned()], "no candidate left");
+    // Waiting, it queues, and gives its place and its candidate up at the timeout.
     let start = Instant::now();
     let err = fx
         .locks

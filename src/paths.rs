@@ -14,6 +14,9 @@ pub(crate) const OWNER_FILE: &str = "owner.json";
 pub(crate) const OWNER_LIMIT: usize = 4 * 1024;
 /// The file that marks a reclaim guard as this crate's (always made under a held `flock`).
 pub(crate) const GUARD_MARKER: &str = "dirlock.guard";
+/// The file in a lock's queue whose mtime says when a release last left the lock free for
+/// those that do not queue (see `protocol::queue`).
+pub(crate) const TURN_FILE: &str = "turn";
 /// The name of the lock directory inside the per-user base directory.
 pub(crate) const LOCK_DIR: &str = "operation-locks";
 

@@ -141,10 +141,11 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     intent: Option<Intent<S>>,
     /// Our place in the lock's queue, while we wait there; `queued` once we took one (the lock
     /// may be handed to our candidate from then on), and since when we let a waiter ahead of
-    /// us take the free lock first.
+    /// us take the free lock first; when we last left it free for those that do not queue.
     ticket: Option<Ticket<S>>,
     queued: bool,
     deferred: Option<Duration>,
+    turned: Option<Duration>,
     /// Whether a release may hand the lock to us (not to a task: see `Sleep::runs_alone`).
     handable: bool,
 }
@@ -204,6 +205,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             ticket: None,
             queued: false,
             deferred: None,
+            turned: None,
             handable: true,
         })
     }

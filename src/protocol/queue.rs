@@ -11,16 +11,31 @@
 //!   where the filesystem can; the waiter wakes holding the lock.
 //! - **Defer** ([`Ticket::ahead`]): a waiter that finds the lock free publishes only when no
 //!   live waiter is ahead of it (for a bounded time: see `contend`).
+//! - **Give a turn** ([`TURN_EVERY`]): waiters that hand the lock on without end would leave
+//!   it free never, and a process that does not queue (the reference implementation, a dirlock
+//!   from before the queue, a try that fails fast) would never find it free. The queue's `turn`
+//!   file, made by the first release that finds a live waiter, says when the lock was last left
+//!   free: a release that finds it [`TURN_EVERY`] old makes it anew and releases as if no one
+//!   waited, and the waiters that find the lock free then let it be for [`TURN_FOR`]
+//!   ([`Ticket::turn_given`]). The last release out of the queue removes the file.
 
 use super::stage::write_record;
 use crate::error::Error;
 use crate::owner::Owner;
-use crate::paths::{candidate_name, queue_name, Queued, Waiter, OWNER_FILE};
+use crate::paths::{candidate_name, queue_name, Queued, Waiter, OWNER_FILE, TURN_FILE};
 use crate::space::{
     is_not_dir, lock_past_peekers, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
 };
 use crate::sys::{is, Errno, System};
 use std::io;
+use std::time::Duration;
+
+/// How long waiters may keep the lock among themselves, handing it on, before a release leaves
+/// it free for those that do not queue.
+pub(crate) const TURN_EVERY: Duration = Duration::from_secs(2);
+
+/// How long the lock is then left free: two polls of the reference implementation (25 ms).
+pub(crate) const TURN_FOR: Duration = Duration::from_millis(50);
 
 /// How many times an acquisition makes `NAME.queue` anew (the last waiter out removed it under
 /// it) before it waits unqueued.
@@ -221,7 +236,8 @@ impl<S: System> Ticket<S> {
     }
 
     /// Leaves the queue (won, or given up): the entry is removed, and the queue with it when
-    /// it is empty (a waiter that comes meanwhile makes it anew). Best effort: what remains,
+    /// it is empty (a waiter that comes meanwhile makes it anew; a queue that keeps its turn
+    /// file goes at the next release that finds no one else in it). Best effort: what remains,
     /// its `flock` let go, is passed over as a dead waiter's and removed by the next release
     /// or sweep.
     pub(crate) fn leave(self, sp: &Space<S>, lock: &str) {
@@ -247,6 +263,42 @@ impl<S: System> Ticket<S> {
             ahead |= live && q.kind != Waiter::Holding;
         }
         ahead
+    }
+
+    /// How much longer the lock is left free for those that do not queue, when a release has
+    /// just left it so (the queue's turn file is under [`TURN_FOR`] old). A file dated later
+    /// than that ahead of our clock is no turn: the clock was set back since it was made.
+    pub(crate) fn turn_given(&self, sp: &Space<S>) -> Option<Duration> {
+        let made = sp.sys.meta_at(&self.queue, TURN_FILE).ok()?.mtime;
+        let age = match sp.sys.now().duration_since(made) {
+            Ok(age) => age,
+            Err(e) if e.duration() < TURN_FOR => Duration::ZERO,
+            Err(_) => return None,
+        };
+        TURN_FOR.checked_sub(age).filter(|left| !left.is_zero())
+    }
+}
+
+/// Whether the release that looks at `queue`, where a live waiter waits, leaves the lock free
+/// instead of handing it on (see [`TURN_EVERY`]): the turn file is that old (or dated ahead of
+/// our clock by more than [`TURN_FOR`]), and is made anew. The first such release makes the
+/// file. Best effort: where it cannot be made, the lock is handed on.
+fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
+    let due = match sys.meta_at(queue, TURN_FILE) {
+        Ok(m) => match sys.now().duration_since(m.mtime) {
+            Ok(age) => age >= TURN_EVERY,
+            Err(e) => e.duration() > TURN_FOR,
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let _ = sys.create_file_at(queue, TURN_FILE, b"", false, None);
+            return false;
+        }
+        Err(_) => return false,
+    };
+    due && {
+        let _ = sys.remove_file_at(queue, TURN_FILE);
+        sys.create_file_at(queue, TURN_FILE, b"", false, None)
+            .is_ok()
     }
 }
 
@@ -320,12 +372,16 @@ pub(crate) fn hand_over<S: System>(
     let names = in_order(sp.sys, &queue).ok()?;
     let mut tries = 0;
     let mut handed = None;
+    let (mut alone, mut turned) = (true, None);
     for q in names.iter().filter(|q| q.token != token) {
-        match waits_keeping(sp.sys, &queue, q, keep) {
+        let waits = waits_keeping(sp.sys, &queue, q, keep);
+        alone &= waits == Some(false);
+        match waits {
             Some(false) => continue,
             // A holder's entry (a holder killed while holding leaves one: removed above).
             _ if q.kind == Waiter::Holding => continue,
             None => break,
+            Some(true) if *turned.get_or_insert_with(|| turn_due(sp.sys, &queue)) => break,
             // A reader, or a task: it takes the free lock itself, and those behind it wait.
             Some(true) if q.kind != Waiter::Writer => break,
             Some(true) => {}
@@ -341,12 +397,16 @@ pub(crate) fn hand_over<S: System>(
             Err(_) => break,
         }
     }
+    if alone {
+        // The last one out: the queue goes (see `remove_if_empty`), and its turn file first.
+        let _ = sp.sys.remove_file_at(&queue, TURN_FILE);
+    }
     keep.push(queue);
     handed
 }
 
 /// A sweep of queue `qname`: the entries of waiters that died (and drafts their makers left)
-/// are removed, then the queue itself once it is empty. `Ok(true)` removed; `Ok(false)` kept:
+/// are removed, then, when no waiter is left, its turn file and the queue itself. `Ok(true)` removed; `Ok(false)` kept:
 /// live waiters are in it, or one is taking its number.
 pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
     let queue = match sp.sys.open_dir_at(sp.dir, qname) {
@@ -357,10 +417,11 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
     if !sp.sys.try_lock(&queue, true)? {
         return Ok(false);
     }
+    let mut left = false;
     for name in sp.sys.list(&queue)? {
         match Queued::parse(&name) {
             Some(q) => {
-                waits(sp.sys, &queue, &q);
+                left |= waits(sp.sys, &queue, &q) != Some(false);
             }
             // A draft, made and locked under the queue's `flock`, which we hold: its maker is
             // gone.
@@ -369,6 +430,9 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
             }
             None => {}
         }
+    }
+    if !left {
+        let _ = sp.sys.remove_file_at(&queue, TURN_FILE);
     }
     let removed = sp.sys.remove_dir_at(sp.dir, qname).is_ok();
     let _ = sp.sys.unlock(&queue);

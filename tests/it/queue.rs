@@ -121,6 +121,39 @@ fn planted_entries_neither_fail_nor_reorder_the_queue() {
     assert_eq!(left, ["18446744073709551615.w.top"]);
 }
 
+/// A turn file that another program keeps dating now (as a release does when it leaves the
+/// lock free for those that do not queue) holds a waiter back once, not for good.
+#[test]
+fn a_turn_file_kept_fresh_holds_no_waiter_back_for_good() {
+    let fx = Fixture::new();
+    let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    std::thread::scope(|s| {
+        let w = waiter(s, &fx, "waiter", Wait::Forever, &served);
+        // An hour old: the release leaves the lock free instead of handing it over.
+        let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::create(&turn)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::remove_file(&turn);
+                let _ = std::fs::write(&turn, "");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        held.release().unwrap();
+        let done = eventually(Duration::from_secs(10), || w.is_finished());
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(done, "the waiter never took the lock");
+        w.join().unwrap().unwrap();
+    });
+    assert_eq!(*served.lock().unwrap(), ["waiter"]);
+}
+
 /// Waiters handed the lock in quick succession, in four processes: each release finds its lock
 /// where it left it (once, a holder's own entry, still in the queue, was handed the lock again:
 /// the lock went back to the name the previous holder was retiring, which that release then
@@ -128,15 +161,7 @@ fn planted_entries_neither_fail_nor_reorder_the_queue() {
 #[test]
 fn quick_handoffs_between_processes_never_touch_anothers_lock() {
     let fx = Fixture::new();
-    let mut workers: Vec<ChildGuard> = (0..4)
-        .map(|_| {
-            let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-            cmd.args(["--exact", "queue::queue_worker", "--ignored", "--quiet"])
-                .env("DIRLOCK_QUEUE_WORKER_DIR", fx.dir())
-                .stdout(std::process::Stdio::null());
-            ChildGuard::spawn(cmd)
-        })
-        .collect();
+    let mut workers: Vec<ChildGuard> = (0..4).map(|_| worker(&fx, None)).collect();
     for w in &mut workers {
         let status = w
             .wait_for(Duration::from_secs(120))
@@ -146,30 +171,106 @@ fn quick_handoffs_between_processes_never_touch_anothers_lock() {
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 
-/// The worker of [`quick_handoffs_between_processes_never_touch_anothers_lock`]: 1,500 cycles.
+/// A process that does not queue (the reference implementation, a dirlock from before the
+/// queue, a try that fails fast) is not starved by waiters that hand the lock to each other
+/// without end: the lock is left free for a moment now and then (at least every two seconds),
+/// and a try every 10 ms finds it free. Without that rule, none does.
 #[test]
-#[ignore = "a worker, started by quick_handoffs_between_processes_never_touch_anothers_lock"]
+fn endless_handoffs_leave_the_lock_free_now_and_then() {
+    let fx = Fixture::new();
+    let stop = fx.tmp.path().join("stop");
+    let mut workers: Vec<ChildGuard> = (0..3).map(|_| worker(&fx, Some(&stop))).collect();
+    let queue = fx.dir().join(format!("{LOCK}.queue"));
+    assert!(
+        eventually(Duration::from_secs(30), || queue.exists()),
+        "no queue"
+    );
+    let start = std::time::Instant::now();
+    let mut taken = 0;
+    while taken < 3 && start.elapsed() < Duration::from_secs(30) {
+        if let Ok(g) = fx.locks.named_lock(LOCK).acquire() {
+            taken += 1;
+            g.release().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::fs::write(&stop, "").unwrap();
+    for w in &mut workers {
+        let status = w
+            .wait_for(Duration::from_secs(60))
+            .expect("a worker wedged");
+        assert!(status.success(), "a worker failed: {status}");
+    }
+    assert_eq!(
+        taken, 3,
+        "tries every 10 ms for 30 s found the lock free {taken} times"
+    );
+    // The last release out removed the queue, and the file that says when it gave a turn.
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
+/// A process running [`queue_worker`] in `fx`'s lock directory, until `stop` exists (at most a
+/// minute) or for 1,500 cycles.
+fn worker(fx: &Fixture, stop: Option<&std::path::Path>) -> ChildGuard {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "queue::queue_worker", "--ignored", "--quiet"])
+        .env("DIRLOCK_QUEUE_WORKER_DIR", fx.dir())
+        .stdout(std::process::Stdio::null());
+    if let Some(stop) = stop {
+        cmd.env("DIRLOCK_QUEUE_WORKER_STOP", stop);
+    }
+    ChildGuard::spawn(cmd)
+}
+
+/// The worker of [`quick_handoffs_between_processes_never_touch_anothers_lock`]: 1,500 cycles,
+/// or, holding the lock 2 ms each time, as many as fit before `DIRLOCK_QUEUE_WORKER_STOP`
+/// names a file (at most a minute).
+#[test]
+#[ignore = "a worker, started by the tests of quick handoffs"]
 fn queue_worker() {
     let Some(dir) = std::env::var_os("DIRLOCK_QUEUE_WORKER_DIR") else {
         return;
     };
+    let stop = std::env::var_os("DIRLOCK_QUEUE_WORKER_STOP").map(std::path::PathBuf::from);
     let locks = dirlock::Locks::in_dir(std::path::PathBuf::from(dir)).unwrap();
-    for _ in 0..1500 {
+    let start = std::time::Instant::now();
+    for i in 0.. {
+        let done = match &stop {
+            Some(stop) => stop.exists() || start.elapsed() > Duration::from_secs(60),
+            None => i == 1500,
+        };
+        if done {
+            break;
+        }
         let g = locks.named_lock(LOCK).wait(Wait::Forever).durable(false);
-        g.acquire().unwrap().release().unwrap();
+        let held = g.acquire().unwrap();
+        if stop.is_some() {
+            std::thread::sleep(Duration::from_millis(2)); // the others queue meanwhile
+        }
+        held.release().unwrap();
     }
 }
 
-/// A queue left with only a dead waiter's entry (a waiter killed while it waited) is gone
-/// after the next release, whoever made it: the next holder does not pay for it for good.
+/// A queue left with only a dead waiter's entry (a waiter killed while it waited) and its turn
+/// file is gone after the next release, whoever made it (the next holder does not pay for it
+/// for good), or after a sweep.
 #[test]
-fn a_release_removes_a_queue_left_to_the_dead() {
+fn a_release_or_a_sweep_removes_a_queue_left_to_the_dead() {
     let fx = Fixture::new();
     let queue = fx.dir().join(format!("{LOCK}.queue"));
-    std::fs::create_dir(&queue).unwrap();
-    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    std::fs::create_dir(queue.join("00000000000000000001.w.dead")).unwrap();
+    let plant = || {
+        std::fs::create_dir(&queue).unwrap();
+        std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        std::fs::create_dir(queue.join("00000000000000000001.w.dead")).unwrap();
+        std::fs::write(queue.join("turn"), "").unwrap();
+    };
+    plant();
     let held = fx.locks.named_lock(LOCK).acquire().unwrap(); // fails fast: takes no number
     held.release().unwrap();
-    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers of a release");
+    plant();
+    let swept = fx.locks.sweep(Duration::ZERO).unwrap();
+    assert_eq!(swept.removed, [format!("{LOCK}.queue")]);
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers of a sweep");
 }

@@ -37,6 +37,16 @@ impl<S: System> Contender<'_, '_, S> {
             Ok(m) if Some(m.id) == self.c.as_ref().map(|c| c.id) => Some(Next::Won),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let now = sp.sys.monotonic();
+                // Left free for those that do not queue: at most once a turn, whatever the
+                // turn file says (it is read from disk).
+                let turned = self
+                    .turned
+                    .is_some_and(|t| now.saturating_sub(t) < queue::TURN_EVERY);
+                if let Some(left) = ticket.turn_given(sp).filter(|_| !turned && !self.expired()) {
+                    self.turned = Some(now);
+                    self.deferred = None;
+                    return Some(Next::Pause(left));
+                }
                 let since = *self.deferred.get_or_insert(now);
                 if now.saturating_sub(since) < DEFER && !self.expired() && ticket.ahead(sp) {
                     return Some(Next::Pause(DEFER_PAUSE));

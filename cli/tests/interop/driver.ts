@@ -4,6 +4,8 @@
 //   try <root>                          take the repository lock once: "ran" or "error <reason>"
 //   hold <root> <ready> <release>       hold it, create <ready>, wait for <release>
 //   sections <home> <work> <n>          n global-setup sections (waiting), logged in <work>
+//   setup-turn <home>                   one global-setup section, waiting as the reference
+//                                       does (a poll every 25 ms): prints how long, in ms
 //   repo-sections <root> <work> <n>     n repository-lock sections, each retried until it runs
 //   rw-sections <root> <work> <n>       n repository-lock sections as a writer beside readers
 //                                       (markers in <work>/w and <work>/r), each retried
@@ -36,6 +38,13 @@ if (mode === "path") {
     return "released"
   })
   await Effect.runPromise(withRepositoryLock(a, body)).then(console.log, report)
+} else if (mode === "setup-turn") {
+  const start = Date.now()
+  // (An error, such as a record it read while it was being written, is tried again.)
+  while (!(await Effect.runPromise(withGlobalSetupLock(a, Effect.succeed(true))).catch(() => false))) {
+    await sleep(25)
+  }
+  console.log(Date.now() - start)
 } else if (mode === "rw-sections") {
   const live = (pid: string) => {
     try {

@@ -21,6 +21,7 @@ mod flock;
 mod habits;
 mod hardening;
 mod interop;
+mod interop_queue;
 mod interop_shared;
 mod names;
 mod safety;

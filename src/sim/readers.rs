@@ -326,25 +326,36 @@ pub(crate) fn read(sys: &SimSys, wait: Wait, hold: u8, grace: Duration, recovery
     }
     let (id, token) = (held.id, held.owner.token.clone());
     let pid = sys.pid();
+    let before = reading(sys);
     if let Err(e) = protocol::release(&space(sys, &d), held, "sim", pid) {
         report(sys, format!("I9/I1: p{} lost its lock: {e}", sys.slot));
     }
     if shared {
         leave_shared(sys, false);
-        handed_over(sys, id.ino, &token);
+        handed_over(sys, id.ino, &token, &before);
     }
 }
 
+/// Who reads now (for [`handed_over`]).
+pub(crate) fn reading(sys: &SimSys) -> Vec<(usize, usize)> {
+    sys.world.lock().live_readers()
+}
+
 /// I12, at a reader's release: if the lock it read (inode `lock`) is still there, shared,
-/// and read by others, its record no longer names this reader (`token`).
-pub(crate) fn handed_over(sys: &SimSys, lock: Ino, token: &str) {
+/// and read by others that read `before` it began to leave, its record no longer names this
+/// reader (`token`). (A reader that came in meanwhile may have been between its shared `flock`
+/// and its entry's when the leaving one looked, where no one can see it: the record then names
+/// a reader gone, and the keepers name another within a second, as the check after every step
+/// allows.)
+pub(crate) fn handed_over(sys: &SimSys, lock: Ino, token: &str, before: &[(usize, usize)]) {
     let mut st = sys.world.lock();
     if st.lookup(st.d(), LOCK).ok() != Some(lock)
         || st.record(lock).is_none_or(|o| o.token != token)
     {
         return;
     }
-    if let Some((s, t)) = st.live_readers().first().copied() {
+    let still = st.live_readers().into_iter().find(|r| before.contains(r));
+    if let Some((s, t)) = still {
         st.violation(format!(
             "I12: p{} left the shared lock still named by its record while p{s}.{t} reads it \
              (the record was not handed over)",

@@ -357,12 +357,13 @@ async fn task(
             }
             let (id, token) = (got.held.id, got.held.owner.token.clone());
             let pid = sys.pid();
+            let before = reading(sys);
             if let Err(e) = protocol::release(&space(sys, &got.dir), got.held, "sim", pid) {
                 report(sys, format!("I9/I1: p{}.{i} lost its lock: {e}", sys.slot));
             }
             if reads {
                 leave_shared(sys, false);
-                handed_over(sys, id.ino, &token);
+                handed_over(sys, id.ino, &token, &before);
             }
             drop(got.turn);
         }

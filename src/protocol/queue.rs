@@ -286,7 +286,7 @@ impl<S: System> Ticket<S> {
 fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
     let due = match sys.meta_at(queue, TURN_FILE) {
         Ok(m) => match sys.now().duration_since(m.mtime) {
-            Ok(age) => age >= TURN_EVERY,
+            Ok(age) => age >= sys.turn_every().unwrap_or(TURN_EVERY),
             Err(e) => e.duration() > TURN_FOR,
         },
         Err(e) if e.kind() == io::ErrorKind::NotFound => {

@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::options::Options;
 use crate::owner::Owner;
 use crate::paths::{candidate_name, record_draft, OWNER_FILE};
-use crate::space::{make_candidate, not_found, remove_tree, Space};
+use crate::space::{make_candidate, not_found, remove_entry_dir, remove_tree, Space};
 use crate::sys::{is, Errno, FileId, Identity, Renamed, System};
 use std::io;
 use std::time::Duration;
@@ -173,10 +173,10 @@ pub(super) fn stage_once<S: System>(
     })
 }
 
-/// Drops a candidate we staged: removes it and forgets its token.
+/// Drops a candidate we staged: removes it (its record first, while its beacon is held: a
+/// sweep never takes a candidate of ours for a dead creator's) and forgets its token.
 pub(super) fn unstage<S: System>(sp: &Space<S>, c: Staged<S>) {
-    drop(c.dir);
-    remove_tree(sp.sys, sp.dir, &c.name);
+    remove_entry_dir(sp.sys, sp.dir, &c.name, c.dir);
     sp.sys.own_token(&c.owner.token, false);
 }
 

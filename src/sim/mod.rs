@@ -117,6 +117,10 @@ pub(crate) struct Config {
     /// No atomic exchange of two names (FreeBSD, Windows, NFS): a release never hands the
     /// lock over, and the queue's order is kept by its waiters alone.
     pub no_exchange: bool,
+    /// A release that finds a live waiter gives a turn to those that do not queue whenever
+    /// the queue's turn file is there (not only two seconds after the last): it leaves the
+    /// lock free, and waiters that find it free pause (see `System::turn_every`).
+    pub turns: bool,
 }
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
@@ -253,6 +257,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         lossy: at(5) / 8 % 2 == 1,
         split_convert: at(5) / 16 % 2 == 1,
         no_exchange: at(5) / 32 % 2 == 1,
+        turns: at(5) / 64 % 2 == 1,
     };
     let mut strategy = Bytes {
         data: rest,
@@ -335,6 +340,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             lossy: cfg.lossy,
             split_convert: cfg.split_convert,
             no_exchange: cfg.no_exchange,
+            turns: cfg.turns,
             marked_by: HashMap::new(),
             replaced: false,
             exclusive: None,

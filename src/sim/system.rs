@@ -562,6 +562,10 @@ impl System for SimSys {
         self.world.lock().lossy.then_some(Duration::from_secs(1))
     }
 
+    fn turn_every(&self) -> Option<Duration> {
+        self.world.lock().turns.then_some(Duration::ZERO)
+    }
+
     fn sleep(
         &self,
         watch: Option<&SimWatch>,

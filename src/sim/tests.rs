@@ -21,6 +21,7 @@ fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
         lossy: false,
         split_convert: false,
         no_exchange: false,
+        turns: false,
     }
 }
 
@@ -169,6 +170,20 @@ fn random_schedules_of_three_and_four_processes() {
         cfg.no_exchange = true;
         steps += random(&cfg, 0..300);
     }
+    // A turn at every release (where two seconds never pass in a schedule): the lock left
+    // free, waiters pausing for whoever polls (the reference, a try), some giving up.
+    let mut scripts = workers(2, Wait::Timeout(Duration::from_secs(3)));
+    scripts.push(Script::Reference {
+        rounds: 2,
+        tries: 5,
+    });
+    scripts.push(Script::Sweeper);
+    let mut cfg = config(scripts, Mutant::None);
+    cfg.turns = true;
+    steps += random(&cfg, 0..300);
+    let mut cfg = config(workers(3, Wait::Forever), Mutant::None);
+    cfg.turns = true;
+    steps += random(&cfg, 0..300);
     // On FUSE: plain renames, verified; fstat of a removed directory fails.
     for wait in [Wait::Forever, Wait::Immediately] {
         let mut scripts = workers(3, wait);

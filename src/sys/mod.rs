@@ -385,6 +385,12 @@ pub trait System: Clock {
     fn look_again(&self) -> Option<Duration> {
         Some(Duration::from_secs(1))
     }
+    /// How long waiters may keep a lock among themselves, handing it on, before a release
+    /// leaves it free for those that do not queue (`None`: the protocol's two seconds; a
+    /// simulation, whose schedules never last that long, gives a turn at every release).
+    fn turn_every(&self) -> Option<Duration> {
+        None
+    }
     /// Sleeps until `watch` fires, `timeout` passes (`None`: no timeout), or `cancel` fires.
     fn sleep(
         &self,

@@ -39,9 +39,8 @@ impl<S: System> Contender<'_, '_, S> {
                 let now = sp.sys.monotonic();
                 // Left free for those that do not queue: at most once a turn, whatever the
                 // turn file says (it is read from disk).
-                let turned = self
-                    .turned
-                    .is_some_and(|t| now.saturating_sub(t) < queue::TURN_EVERY);
+                let every = sp.sys.turn_every().unwrap_or(queue::TURN_EVERY);
+                let turned = self.turned.is_some_and(|t| now.saturating_sub(t) < every);
                 if let Some(left) = ticket.turn_given(sp).filter(|_| !turned && !self.expired()) {
                     self.turned = Some(now);
                     self.deferred = None;

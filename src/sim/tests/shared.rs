@@ -290,8 +290,7 @@ fn regressions_of_shared_locks() {
         (0, 253, true, 0),
         (0, 394, false, 0),
         (0, 458, true, 0),
-        (0, 174, false, 0),
-        (0, 51, true, 0),
+        (3, 3, true, 0),
         (2, 4, false, 0),
     ];
     for (n, seed, split, crashes) in cases {

@@ -17,7 +17,8 @@
 //!   file, made by the first release that finds a live waiter, says when the lock was last left
 //!   free: a release that finds it [`TURN_EVERY`] old makes it anew and releases as if no one
 //!   waited, and the waiters that find the lock free then let it be for [`TURN_FOR`]
-//!   ([`Ticket::turn_given`]). The last release out of the queue removes the file.
+//!   ([`Ticket::turn_given`]). The last release out of the queue removes the file (the next
+//!   waiter to queue starts the clock again).
 
 use super::stage::write_record;
 use crate::error::Error;
@@ -296,7 +297,7 @@ fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
         Err(_) => return false,
     };
     due && {
-        let _ = sys.remove_file_at(queue, TURN_FILE);
+        remove_tree(sys, queue, TURN_FILE);
         sys.create_file_at(queue, TURN_FILE, b"", false, None)
             .is_ok()
     }
@@ -398,8 +399,9 @@ pub(crate) fn hand_over<S: System>(
         }
     }
     if alone {
-        // The last one out: the queue goes (see `remove_if_empty`), and its turn file first.
-        let _ = sp.sys.remove_file_at(&queue, TURN_FILE);
+        // The last one out: the queue goes (see `remove_if_empty`), and its turn file first
+        // (whatever stands at its name).
+        remove_tree(sp.sys, &queue, TURN_FILE);
     }
     keep.push(queue);
     handed
@@ -432,7 +434,7 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
         }
     }
     if !left {
-        let _ = sp.sys.remove_file_at(&queue, TURN_FILE);
+        remove_tree(sp.sys, &queue, TURN_FILE);
     }
     let removed = sp.sys.remove_dir_at(sp.dir, qname).is_ok();
     let _ = sp.sys.unlock(&queue);

@@ -132,20 +132,22 @@ fn a_turn_file_kept_fresh_holds_no_waiter_back_for_good() {
     let held = fx.locks.named_lock(LOCK).acquire().unwrap();
     std::thread::scope(|s| {
         let w = waiter(s, &fx, "waiter", Wait::Forever, &served);
-        // An hour old: the release leaves the lock free instead of handing it over.
+        // An hour old: the release leaves the lock free instead of handing it over (and makes
+        // the file anew); from then on it is dated now, again and again.
         let old = std::time::SystemTime::now() - Duration::from_secs(3600);
         std::fs::File::create(&turn)
             .unwrap()
             .set_modified(old)
             .unwrap();
+        held.release().unwrap();
         s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = std::fs::remove_file(&turn);
-                let _ = std::fs::write(&turn, "");
+                if let Ok(f) = std::fs::File::options().write(true).open(&turn) {
+                    let _ = f.set_modified(std::time::SystemTime::now());
+                }
                 std::thread::sleep(Duration::from_millis(5));
             }
         });
-        held.release().unwrap();
         let done = eventually(Duration::from_secs(10), || w.is_finished());
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         assert!(done, "the waiter never took the lock");
@@ -252,25 +254,41 @@ fn queue_worker() {
 }
 
 /// A queue left with only a dead waiter's entry (a waiter killed while it waited) and its turn
-/// file is gone after the next release, whoever made it (the next holder does not pay for it
-/// for good), or after a sweep.
+/// file (or a directory at its name) is gone after the next release, whoever made it (the next
+/// holder does not pay for it for good), or after a sweep.
 #[test]
 fn a_release_or_a_sweep_removes_a_queue_left_to_the_dead() {
     let fx = Fixture::new();
     let queue = fx.dir().join(format!("{LOCK}.queue"));
-    let plant = || {
+    let turn = queue.join("turn");
+    let plant = |age: Option<Duration>| {
         std::fs::create_dir(&queue).unwrap();
         std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .unwrap();
         std::fs::create_dir(queue.join("00000000000000000001.w.dead")).unwrap();
-        std::fs::write(queue.join("turn"), "").unwrap();
+        match age {
+            Some(age) => std::fs::File::create(&turn)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now() - age)
+                .unwrap(),
+            None => std::fs::create_dir(&turn).unwrap(),
+        }
     };
-    plant();
-    let held = fx.locks.named_lock(LOCK).acquire().unwrap(); // fails fast: takes no number
-    held.release().unwrap();
-    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers of a release");
-    plant();
-    let swept = fx.locks.sweep(Duration::ZERO).unwrap();
-    assert_eq!(swept.removed, [format!("{LOCK}.queue")]);
-    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers of a sweep");
+    let cycle = || {
+        fx.locks
+            .named_lock(LOCK)
+            .acquire()
+            .unwrap()
+            .release()
+            .unwrap()
+    }; // no number
+    for turn in [Some(Duration::ZERO), None] {
+        plant(turn);
+        cycle();
+        assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers of a release");
+        plant(turn);
+        let swept = fx.locks.sweep(Duration::ZERO).unwrap();
+        assert_eq!(swept.removed, [format!("{LOCK}.queue")]);
+        assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers of a sweep");
+    }
 }

@@ -37,14 +37,17 @@ impl<S: System> Contender<'_, '_, S> {
             Ok(m) if Some(m.id) == self.c.as_ref().map(|c| c.id) => Some(Next::Won),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let now = sp.sys.monotonic();
-                // Left free for those that do not queue: at most once a turn, whatever the
-                // turn file says (it is read from disk).
+                // Left free for those that do not queue: at most once in half a turn's
+                // interval, whatever the turn file says (it is read from disk), and never past
+                // our deadline.
                 let every = sp.sys.turn_every().unwrap_or(queue::TURN_EVERY);
-                let turned = self.turned.is_some_and(|t| now.saturating_sub(t) < every);
+                let turned = self
+                    .turned
+                    .is_some_and(|t| now.saturating_sub(t) < every / 2);
                 if let Some(left) = ticket.turn_given(sp).filter(|_| !turned && !self.expired()) {
                     self.turned = Some(now);
                     self.deferred = None;
-                    return Some(Next::Pause(left));
+                    return Some(Next::Pause(self.left().map_or(left, |l| l.min(left))));
                 }
                 let since = *self.deferred.get_or_insert(now);
                 if now.saturating_sub(since) < DEFER && !self.expired() && ticket.ahead(sp) {

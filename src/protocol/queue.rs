@@ -238,7 +238,8 @@ impl<S: System> Ticket<S> {
 
     /// Leaves the queue (won, or given up): the entry is removed, and the queue with it when
     /// it is empty (a waiter that comes meanwhile makes it anew; a queue that keeps its turn
-    /// file goes at the next release that finds no one else in it). Best effort: what remains,
+    /// file goes at the next release that finds no one else in it, or see
+    /// [`remove_if_spent`]). Best effort: what remains,
     /// its `flock` let go, is passed over as a dead waiter's and removed by the next release
     /// or sweep.
     pub(crate) fn leave(self, sp: &Space<S>, lock: &str) {
@@ -312,6 +313,20 @@ pub(crate) fn in_order<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Vec<Que
         .collect();
     entries.sort_by_key(|q| q.number);
     Ok(entries)
+}
+
+/// Removes `NAME.queue` when all it holds is its turn file, for the last waiter out that gave
+/// up (the last one out that releases finds itself alone in [`hand_over`]): a queue left to
+/// its turn file would be joined by every acquisition to come.
+pub(crate) fn remove_if_spent<S: System>(sp: &Space<S>, lock: &str) {
+    let Ok(queue) = sp.sys.open_dir_at(sp.dir, &queue_name(lock)) else {
+        return;
+    };
+    if sp.sys.list(&queue).is_ok_and(|names| names == [TURN_FILE]) {
+        remove_tree(sp.sys, &queue, TURN_FILE);
+        drop(queue); // first: an open directory cannot be removed on Windows
+        remove_if_empty(sp, lock);
+    }
 }
 
 /// Removes `NAME.queue` if it is empty (a waiter that comes meanwhile finds it gone, and

@@ -139,6 +139,7 @@ impl<S: System> Contender<'_, '_, S> {
     pub(super) fn dequeue(&mut self) {
         if let Some(t) = self.ticket.take() {
             t.leave(self.sp, self.req.name);
+            queue::remove_if_spent(self.sp, self.req.name);
         }
     }
 

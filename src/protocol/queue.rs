@@ -237,11 +237,10 @@ impl<S: System> Ticket<S> {
     }
 
     /// Leaves the queue (won, or given up): the entry is removed, and the queue with it when
-    /// it is empty (a waiter that comes meanwhile makes it anew; a queue that keeps its turn
-    /// file goes at the next release that finds no one else in it, or see
-    /// [`remove_if_spent`]). Best effort: what remains,
-    /// its `flock` let go, is passed over as a dead waiter's and removed by the next release
-    /// or sweep.
+    /// it is empty (a waiter that comes meanwhile makes it anew; one that keeps its turn file
+    /// goes at the next release that finds no one else in it, or see [`remove_if_spent`]).
+    /// Best effort: what remains, its `flock` let go, is passed over as a dead waiter's and
+    /// removed by the next release or sweep.
     pub(crate) fn leave(self, sp: &Space<S>, lock: &str) {
         remove_entry_dir(sp.sys, &self.queue, &self.entry, self.dir);
         let qname = queue_name(lock);
@@ -297,11 +296,12 @@ fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
         }
         Err(_) => return false,
     };
-    due && {
-        remove_tree(sys, queue, TURN_FILE);
-        sys.create_file_at(queue, TURN_FILE, b"", false, None)
-            .is_ok()
+    if !due {
+        return false;
     }
+    remove_tree(sys, queue, TURN_FILE);
+    sys.create_file_at(queue, TURN_FILE, b"", false, None)
+        .is_ok()
 }
 
 /// The waiters' entries in `queue`, first come first (what is not an entry left out).
@@ -423,8 +423,8 @@ pub(crate) fn hand_over<S: System>(
 }
 
 /// A sweep of queue `qname`: the entries of waiters that died (and drafts their makers left)
-/// are removed, then, when no waiter is left, its turn file and the queue itself. `Ok(true)` removed; `Ok(false)` kept:
-/// live waiters are in it, or one is taking its number.
+/// are removed, then, when no waiter is left, its turn file and the queue itself. `Ok(true)`
+/// removed; `Ok(false)` kept: live waiters are in it, or one is taking its number.
 pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
     let queue = match sp.sys.open_dir_at(sp.dir, qname) {
         // A file or a link where the queue belongs: it turns the queue off.

@@ -709,8 +709,8 @@ MUTANTS = [
      "lib", "sim::tests::arbitrary_schedules_keep_the_invariants"),
     # A turn for those that do not queue.
     ("turn-never-given", "src/protocol/queue.rs",
-     "            Ok(age) => age >= sys.turn_every().unwrap_or(TURN_EVERY),",
-     "            Ok(age) => age >= sys.turn_every().unwrap_or(TURN_EVERY) * 1000,",
+     "        Ok(Some(age)) => age >= turn_every(sys),",
+     "        Ok(Some(age)) => age >= turn_every(sys) * 1000,",
      "it", "queue::endless_handoffs_leave_the_lock_free_now_and_then"),
     ("turn-not-waited-for", "src/protocol/contend/queued.rs",
      "ticket.turn_given(sp).filter(|_| !turned && !self.expired())",

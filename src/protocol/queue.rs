@@ -270,26 +270,37 @@ impl<S: System> Ticket<S> {
     /// just left it so (the queue's turn file is under [`TURN_FOR`] old). A file dated later
     /// than that ahead of our clock is no turn: the clock was set back since it was made.
     pub(crate) fn turn_given(&self, sp: &Space<S>) -> Option<Duration> {
-        let made = sp.sys.meta_at(&self.queue, TURN_FILE).ok()?.mtime;
-        let age = match sp.sys.now().duration_since(made) {
-            Ok(age) => age,
-            Err(e) if e.duration() < TURN_FOR => Duration::ZERO,
-            Err(_) => return None,
-        };
+        let age = turn_age(sp.sys, &self.queue).ok()??;
         TURN_FOR.checked_sub(age).filter(|left| !left.is_zero())
     }
 }
 
+/// How long waiters may keep the lock among themselves on `sys` ([`TURN_EVERY`], unless the
+/// system says otherwise: see `System::turn_every`).
+pub(crate) fn turn_every<S: System>(sys: &S) -> Duration {
+    sys.turn_every().unwrap_or(TURN_EVERY)
+}
+
+/// The age of the turn file in `queue` by our clock; `None` when it is dated [`TURN_FOR`] or
+/// more ahead of our clock (the clock was set back since it was made): it gives no turn, and
+/// is made anew.
+fn turn_age<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Option<Duration>> {
+    let made = sys.meta_at(queue, TURN_FILE)?.mtime;
+    Ok(match sys.now().duration_since(made) {
+        Ok(age) => Some(age),
+        Err(e) if e.duration() < TURN_FOR => Some(Duration::ZERO),
+        Err(_) => None,
+    })
+}
+
 /// Whether the release that looks at `queue`, where a live waiter waits, leaves the lock free
 /// instead of handing it on (see [`TURN_EVERY`]): the turn file is that old (or dated ahead of
-/// our clock by more than [`TURN_FOR`]), and is made anew. The first such release makes the
-/// file. Best effort: where it cannot be made, the lock is handed on.
+/// our clock: see [`turn_age`]), and is made anew. The first such release makes the file.
+/// Best effort: where it cannot be made, the lock is handed on.
 fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
-    let due = match sys.meta_at(queue, TURN_FILE) {
-        Ok(m) => match sys.now().duration_since(m.mtime) {
-            Ok(age) => age >= sys.turn_every().unwrap_or(TURN_EVERY),
-            Err(e) => e.duration() > TURN_FOR,
-        },
+    let due = match turn_age(sys, queue) {
+        Ok(Some(age)) => age >= turn_every(sys),
+        Ok(None) => true,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let _ = sys.create_file_at(queue, TURN_FILE, b"", false, None);
             return false;

@@ -40,7 +40,7 @@ impl<S: System> Contender<'_, '_, S> {
                 // Left free for those that do not queue: at most once in half a turn's
                 // interval, whatever the turn file says (it is read from disk), and never past
                 // our deadline.
-                let every = sp.sys.turn_every().unwrap_or(queue::TURN_EVERY);
+                let every = queue::turn_every(sp.sys);
                 let turned = self
                     .turned
                     .is_some_and(|t| now.saturating_sub(t) < every / 2);

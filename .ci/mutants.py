@@ -8,6 +8,10 @@ the test has no teeth for it, and the script exits 1.
 import os, shutil, signal, subprocess, sys, tempfile, time
 
 MUTANTS = [
+    ("listing-stops-after-one-read", 'src/sys/unix/linux.rs',
+     "            at += reclen;\n        }\n    }\n}",
+     "            at += reclen;\n        }\n        return Ok(());\n    }\n}",
+     "lib", "sys::unix::linux::list_tests::a_listing_sees_every_name_once_across_many_reads"),
     ("publish-treats-EEXIST-as-won", 'src/protocol/stage.rs',
      "Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Contended),",
      "Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Publish::Won),",

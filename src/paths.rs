@@ -215,11 +215,9 @@ pub(crate) enum Waiter {
     /// A task that takes the lock exclusively (`t`): it runs only while its runtime polls it,
     /// so it publishes the lock itself.
     Task,
-    /// A waiter that holds the lock now (`h`), its entry kept until it releases: passed over.
-    Holding,
 }
 
-/// A waiter's entry in a lock's queue, by its name `<number>.<w|r|t|h>.<token>`: its number (the
+/// A waiter's entry in a lock's queue, by its name `<number>.<w|r|t>.<token>`: its number (the
 /// order it came in), what it waits as, and its token (that of its candidate,
 /// `NAME.candidate.<token>`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -236,7 +234,6 @@ impl Queued {
             Waiter::Writer => 'w',
             Waiter::Reader => 'r',
             Waiter::Task => 't',
-            Waiter::Holding => 'h',
         };
         format!("{:020}.{kind}.{}", self.number, self.token)
     }
@@ -249,7 +246,6 @@ impl Queued {
             "w" => Waiter::Writer,
             "r" => Waiter::Reader,
             "t" => Waiter::Task,
-            "h" => Waiter::Holding,
             _ => return None,
         };
         // Twenty digits, below 10^19: one more never overflows (a number planted at the top

@@ -253,10 +253,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             last_seen: c.last_seen,
             shared: c.shared,
             entry: None,
-            ticket: self.ticket.take().map(|mut t| {
-                t.taken(sp);
-                t
-            }),
+            ticket: self.ticket.take().inspect(|t| t.taken(sp)),
         };
         self.withdraw();
         held

@@ -23,7 +23,7 @@
 use super::stage::write_record;
 use crate::error::Error;
 use crate::owner::Owner;
-use crate::paths::{candidate_name, queue_name, Queued, Waiter, OWNER_FILE, TURN_FILE};
+use crate::paths::{candidate_name, queue_name, Queued, Waiter, TURN_FILE};
 use crate::space::{
     is_not_dir, lock_past_peekers, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
 };
@@ -119,7 +119,6 @@ fn not_a_dir<S: System>(sp: &Space<S>, name: &str, what: &str) -> Error {
 /// A waiter's place in the queue: its entry (whose exclusive `flock` it holds) and the queue.
 pub(crate) struct Ticket<S: System> {
     pub(crate) number: u64,
-    token: String,
     entry: String,
     dir: S::Dir,
     queue: S::Dir,
@@ -209,31 +208,19 @@ fn number<S: System>(
     Ok(Ticket {
         number: me.number,
         entry: me.name(),
-        token: me.token,
         dir,
         queue,
     })
 }
 
 impl<S: System> Ticket<S> {
-    /// Marks the entry as its waiter's that holds the lock now (`h`): no release hands the
-    /// lock to it again (its candidate's name may hold the lock's previous directory, on its
-    /// way to a tombstone), and no waiter lets it go first. Best effort: should the rename
-    /// fail, the entry is taken out instead.
-    pub(crate) fn taken(&mut self, sp: &Space<S>) {
-        let held = Queued {
-            number: self.number,
-            kind: Waiter::Holding,
-            token: self.token.clone(),
-        }
-        .name();
-        match sp.sys.rename_noreplace(&self.queue, &self.entry, &held) {
-            Ok(_) => self.entry = held,
-            Err(_) => {
-                let _ = sp.sys.remove_file_at(&self.dir, OWNER_FILE);
-                remove_tree(sp.sys, &self.queue, &self.entry);
-            }
-        }
+    /// Lets go of the entry's `flock` once its waiter holds the lock: the entry reads as a
+    /// departed waiter's from then on, so that no release hands the lock to it again (its
+    /// candidate's name may hold the lock's previous directory, on its way to a tombstone) and
+    /// no waiter lets it go first. One `flock` call on the way to holding the lock (the entry
+    /// itself goes at the release, or with whoever finds it so first).
+    pub(crate) fn taken(&self, sp: &Space<S>) {
+        let _ = sp.sys.unlock(&self.dir);
     }
 
     /// Leaves the queue (won, or given up): the entry is removed, and the queue with it when
@@ -257,11 +244,9 @@ impl<S: System> Ticket<S> {
         let Ok(names) = in_order(sp.sys, &self.queue) else {
             return false;
         };
-        // (A holder's entry is no waiter's: looked at only to remove a dead one.)
         let mut ahead = false;
         for q in names.iter().take_while(|q| q.number < self.number) {
-            let live = waits(sp.sys, &self.queue, q) != Some(false);
-            ahead |= live && q.kind != Waiter::Holding;
+            ahead |= waits(sp.sys, &self.queue, q) != Some(false);
         }
         ahead
     }
@@ -405,8 +390,6 @@ pub(crate) fn hand_over<S: System>(
         alone &= waits == Some(false);
         match waits {
             Some(false) => continue,
-            // A holder's entry (a holder killed while holding leaves one: removed above).
-            _ if q.kind == Waiter::Holding => continue,
             None => break,
             Some(true) if *turned.get_or_insert_with(|| turn_due(sp.sys, &queue)) => break,
             // A reader, or a task: it takes the free lock itself, and those behind it wait.

@@ -3,7 +3,7 @@
 //! waiter).
 
 use super::*;
-use crate::paths::{queue_name, Queued, Waiter};
+use crate::paths::{queue_name, Queued};
 
 impl State {
     /// `exchange(a, b)` in directory `dir` by `(slot, task)`: both names swap places in one
@@ -66,7 +66,6 @@ impl State {
             let candidate = crate::paths::candidate_name(lock, &q.token);
             q.number < number
                 && q.token != holder
-                && q.kind != Waiter::Holding
                 && self.lookup(self.d(), &candidate).is_ok()
                 && self.waiting(*ino)
         });

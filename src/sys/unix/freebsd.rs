@@ -92,3 +92,5 @@ pub(super) fn boot_id() -> Option<String> {
 pub(super) fn pid_namespace() -> Option<String> {
     None
 }
+
+pub(super) use super::readdir::list;

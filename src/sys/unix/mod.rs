@@ -22,6 +22,8 @@ pub(crate) mod kqueue;
 pub(crate) mod linux;
 #[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
 pub(crate) mod other;
+#[cfg(not(target_os = "linux"))]
+mod readdir;
 
 #[cfg(target_os = "macos")]
 use apple as platform;
@@ -41,7 +43,7 @@ pub use wait::CancelHandle;
 pub(crate) use wait_async::{check_reactor, sleep_async};
 
 use super::{FileId, Identity, Kind, Meta, Renamed, System, Wake};
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -125,12 +127,6 @@ pub(super) fn monotonic() -> Duration {
         t.tv_sec.max(0) as u64,
         t.tv_nsec.clamp(0, 999_999_999) as u32,
     )
-}
-
-/// Resets the thread's `errno`, so that a null `readdir` can tell end-of-stream from error.
-fn clear_errno() {
-    // SAFETY: the platform's errno location is the calling thread's `errno`, always addressable.
-    unsafe { *platform::errno() = 0 };
 }
 
 pub(super) fn owned(fd: libc::c_int) -> OwnedFd {
@@ -416,41 +412,17 @@ impl System for Real {
     fn list(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {
         // A fresh descriptor, so that the directory stream's offset is our own.
         let fresh = self.open_dir_at(dir, ".")?;
-        // SAFETY: fdopendir takes ownership of the descriptor on success.
-        let stream = unsafe { libc::fdopendir(fresh.as_raw_fd()) };
-        if stream.is_null() {
-            return Err(io::Error::last_os_error());
-        }
-        std::mem::forget(fresh); // now owned by `stream`, closed by closedir below
         let mut names = Vec::new();
-        let result = loop {
-            clear_errno();
-            // SAFETY: `stream` is a valid open directory stream.
-            let entry = unsafe { libc::readdir(stream) };
-            if entry.is_null() {
-                let e = io::Error::last_os_error();
-                break if e.raw_os_error() == Some(0) {
-                    Ok(())
-                } else {
-                    Err(e)
-                };
-            }
-            // SAFETY: readdir returned a valid entry whose d_name is NUL-terminated; it stays
-            // valid until the next readdir on this stream.
-            let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) };
-            let bytes = name.to_bytes();
-            if bytes == b"." || bytes == b".." {
-                continue;
-            }
+        platform::list(fresh, &mut |bytes| {
             // The protocol names everything it makes in ASCII: a name that is not UTF-8 is not
             // ours, and a lossy copy of it would name nothing (or something else).
-            if let Ok(name) = std::str::from_utf8(bytes) {
-                names.push(name.to_owned());
+            if bytes != b"." && bytes != b".." {
+                if let Ok(name) = std::str::from_utf8(bytes) {
+                    names.push(name.to_owned());
+                }
             }
-        };
-        // SAFETY: `stream` is valid and closed exactly once.
-        unsafe { libc::closedir(stream) };
-        result.map(|()| names)
+        })?;
+        Ok(names)
     }
 
     fn try_lock(&self, dir: &OwnedFd, exclusive: bool) -> io::Result<bool> {

@@ -101,3 +101,5 @@ impl Watch {
 pub(super) fn filesystem(_dir: &OwnedFd) -> Option<(String, String)> {
     None
 }
+
+pub(super) use super::readdir::list;

@@ -8,6 +8,10 @@ the test has no teeth for it, and the script exits 1.
 import os, shutil, signal, subprocess, sys, tempfile, time
 
 MUTANTS = [
+    ("handed-waiter-keeps-its-entry-flock", 'src/protocol/queue.rs',
+     "        let _ = sp.sys.unlock(&self.dir);",
+     "        let _ = (sp, &self.dir);",
+     "lib", "sim::tests::bursty_schedules_of_four_workers"),
     ("listing-stops-after-one-read", 'src/sys/unix/linux.rs',
      "            at += reclen;\n        }\n    }\n}",
      "            at += reclen;\n        }\n        return Ok(());\n    }\n}",

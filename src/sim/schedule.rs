@@ -1,5 +1,5 @@
-//! The scheduler: who runs (or crashes) at each scheduling point, seeded at random, replayed
-//! for an exhaustive search, or read from a fuzzer's bytes.
+//! The scheduler: who runs (or crashes) at each scheduling point, seeded at random (choice by
+//! choice, or in bursts), replayed for an exhaustive search, or read from a fuzzer's bytes.
 
 use super::*;
 
@@ -44,6 +44,43 @@ impl Strategy for Random {
         } else {
             (self.next() % runs as u64) as usize
         }
+    }
+}
+
+/// Seeded bursts: the same option for a run of choices (of a random length, `mean` on
+/// average), then another. Uniform choices rarely leave one process behind while others go
+/// through whole acquisitions and releases (the odds fall geometrically with the steps it
+/// misses); bursts do it all the time: a holder stalled between its handoff and its retire
+/// while the waiter it woke releases, and the next one too. No crashes.
+#[cfg(test)]
+pub(crate) struct Bursts {
+    random: Random,
+    mean: u64,
+    current: usize,
+    left: u64,
+}
+
+#[cfg(test)]
+impl Bursts {
+    pub fn new(seed: u64, mean: u64) -> Bursts {
+        Bursts {
+            random: Random::new(seed),
+            mean,
+            current: 0,
+            left: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+impl Strategy for Bursts {
+    fn choose(&mut self, runs: usize, _crashes: usize) -> usize {
+        if self.left == 0 || self.current >= runs {
+            self.current = (self.random.next() % runs as u64) as usize;
+            self.left = 1 + self.random.next() % (2 * self.mean);
+        }
+        self.left -= 1;
+        self.current
     }
 }
 

@@ -690,13 +690,13 @@ MUTANTS = [
      "    entries.sort_by_key(|q| q.number);\n    Ok(entries)",
      "    entries.sort_by_key(|q| std::cmp::Reverse(q.number));\n    Ok(entries)",
      "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
-    ("queue-give-up-ignores-a-handoff", "src/protocol/contend/queued.rs",
-     "        if !self.queued {", "        if true || !self.queued {",
-     "lib", "sim::tests::tasks_beside_a_worker_exhaustively_within_bounds"),
+    # (No mutant for the unqueued give-up's shortcut, `if !self.queued`: taking the queued
+    # way instead, a rename to a tombstone and a look, is one rename slower and as safe. It
+    # was reported caught only because its exhaustive test outlasted the timeout.)
     ("queue-handed-lock-seen-as-another-holder", "src/protocol/contend.rs",
      "        if self.c.as_ref().is_some_and(|c| c.id == meta.id) {",
      "        if false && self.c.as_ref().is_some_and(|c| c.id == meta.id) {",
-     "lib", "sim::tests::two_processes_exhaustively_within_bounds"),
+     "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
     ("queue-refresh-in-two-steps", "src/protocol/stage.rs",
      "    if let Err(e) = sp.sys.replace_file_at(&c.dir, &draft, OWNER_FILE) {",
      "    let _ = sp.sys.remove_file_at(&c.dir, OWNER_FILE);\n    if let Err(e) = sp.sys.replace_file_at(&c.dir, &draft, OWNER_FILE) {",
@@ -750,6 +750,77 @@ def wine_ready():
             and "x86_64-pc-windows-gnu" in targets)
 
 
+def cargo_target(binary):
+    """The cargo arguments, environment and timeout of the tests of `binary`."""
+    # "lib": the library's unit tests; "it", "fork": its integration tests; "cli": the
+    # command's integration tests.
+    target = {"lib": ["-p", "dirlock", "--lib"], "cli": ["-p", "dirlock-cli", "--test", "it"],
+              "lib-tokio": ["-p", "dirlock", "--features", "tokio", "--lib"],
+              "async": ["-p", "dirlock", "--features", "tokio", "--test", "async"],
+              "cli-portable": ["-p", "dirlock-cli", "--test", "portable"],
+              "it-tokio": ["-p", "dirlock", "--features", "tokio", "--test", "it"],
+              "fork-tokio": ["-p", "dirlock", "--features", "tokio", "--test", "fork"],
+              "win-lib": ["-p", "dirlock", "--lib"],
+              "win-portable": ["-p", "dirlock", "--test", "portable"],
+              "win-cli-portable": ["-p", "dirlock-cli", "--test", "portable"]}.get(
+        binary, ["-p", "dirlock", "--test", binary])
+    env = dict(os.environ)
+    timeout = TIMEOUT
+    if binary.startswith("win-"):
+        target += ["--target", "x86_64-pc-windows-gnu"]
+        env["CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER"] = os.path.abspath(".ci/wine-run")
+        # The Wine prefix of the rest of CI (not one per mutant under its private TMPDIR).
+        env["WINEPREFIX"] = env.get("WINEPREFIX") or os.path.join(
+            env.get("TMPDIR", "/tmp"), f"wine-prefix-for-dirlock-{os.getuid()}")
+        # Wine's start takes longer; a test that hangs still counts.
+        timeout = WINE_TIMEOUT
+    return target, env, timeout
+
+
+def run_test(target, tests, env, timeout):
+    """Builds the tests (untimed), then runs `tests` within `timeout`: ("failed", "PASSED" or
+    "hung ...", the output)."""
+    # A broken test may fail or be killed before its temporary directories are
+    # removed: give it a private TMPDIR, and remove what it left in /dev/shm.
+    tmp = tempfile.mkdtemp(prefix="dirlock-mutant-")
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    # Output to a file, not a pipe: a process a broken test leaked must not keep us
+    # waiting for the end of its output.
+    log = open(os.path.join(tmp, "cargo.log"), "w+")
+    built = subprocess.run(["cargo", "test", "-q", "--no-run", *target], stdout=log,
+                           stderr=subprocess.STDOUT, text=True, env=env)
+    if built.returncode != 0:
+        log.seek(0)
+        err = log.read()
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+        return "failed", err
+    # Its own process group, so that a hung test and everything it started die with it.
+    p = subprocess.Popen(["cargo", "test", "-q", *target, "--", "--exact", *tests],
+                         stdout=log, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, env={**env, "TMPDIR": tmp})
+    try:
+        p.wait(timeout=timeout)
+        how = "failed" if p.returncode != 0 else "PASSED"
+    except subprocess.TimeoutExpired:
+        how = f"hung (killed after {timeout} s)"
+    # Everything the test started, in whatever process group (tests put their children
+    # in groups of their own), is in the session cargo leads: kill it all, twice, for
+    # anything forked meanwhile.
+    for _ in range(2):
+        subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], stderr=subprocess.DEVNULL)
+        time.sleep(0.3)
+    p.wait()
+    log.seek(0)
+    err = log.read()
+    log.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+    for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
+        if entry.startswith(".tmp"):
+            shutil.rmtree(os.path.join("/dev/shm", entry), ignore_errors=True)
+    return how, err
+
+
 def main():
     only = set(sys.argv[1:])
     survived = []
@@ -770,61 +841,18 @@ def main():
             print(f"{name}: pattern not found exactly once in {path}"); survived.append(name); continue
         open(path, "w").write(src.replace(old, new))
         try:
-            # Its own process group, so that a hung test and everything it started die with it.
-            # "lib": the library's unit tests; "it", "fork": its integration tests; "cli": the
-            # command's integration tests.
-            target = {"lib": ["-p", "dirlock", "--lib"], "cli": ["-p", "dirlock-cli", "--test", "it"],
-                      "lib-tokio": ["-p", "dirlock", "--features", "tokio", "--lib"],
-                      "async": ["-p", "dirlock", "--features", "tokio", "--test", "async"],
-                      "cli-portable": ["-p", "dirlock-cli", "--test", "portable"],
-                      "it-tokio": ["-p", "dirlock", "--features", "tokio", "--test", "it"],
-                      "fork-tokio": ["-p", "dirlock", "--features", "tokio", "--test", "fork"],
-                      "win-lib": ["-p", "dirlock", "--lib"],
-                      "win-portable": ["-p", "dirlock", "--test", "portable"],
-                      "win-cli-portable": ["-p", "dirlock-cli", "--test", "portable"]}.get(
-                binary, ["-p", "dirlock", "--test", binary])
-            env = dict(os.environ)
-            timeout = TIMEOUT
-            if binary.startswith("win-"):
-                target += ["--target", "x86_64-pc-windows-gnu"]
-                env["CARGO_TARGET_X86_64_PC_WINDOWS_GNU_RUNNER"] = os.path.abspath(".ci/wine-run")
-                # The Wine prefix of the rest of CI (not one per mutant under its private TMPDIR).
-                env["WINEPREFIX"] = env.get("WINEPREFIX") or os.path.join(
-                    env.get("TMPDIR", "/tmp"), f"wine-prefix-for-dirlock-{os.getuid()}")
-                # A cross build and Wine's start take longer; a test that hangs still counts.
-                timeout = WINE_TIMEOUT
-            # A broken test may fail or be killed before its temporary directories are
-            # removed: give it a private TMPDIR, and remove what it left in /dev/shm.
-            tmp = tempfile.mkdtemp(prefix="dirlock-mutant-")
-            shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-            # Output to a file, not a pipe: a process a broken test leaked must not keep us
-            # waiting for the end of its output.
-            log = open(os.path.join(tmp, "cargo.log"), "w+")
-            p = subprocess.Popen(["cargo", "test", "-q", *target, "--", "--exact", *tests],
-                                 stdout=log, stderr=subprocess.STDOUT, text=True,
-                                 start_new_session=True, env={**env, "TMPDIR": tmp})
-            try:
-                p.wait(timeout=timeout)
-                how = "failed" if p.returncode != 0 else "PASSED"
-            except subprocess.TimeoutExpired:
-                how = f"hung (killed after {timeout} s)"
-            # Everything the test started, in whatever process group (tests put their children
-            # in groups of their own), is in the session cargo leads: kill it all, twice, for
-            # anything forked meanwhile.
-            for _ in range(2):
-                subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], stderr=subprocess.DEVNULL)
-                time.sleep(0.3)
-            p.wait()
-            log.seek(0)
-            err = log.read()
-            log.close()
-            shutil.rmtree(tmp, ignore_errors=True)
-            for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
-                if entry.startswith(".tmp"):
-                    shutil.rmtree(os.path.join("/dev/shm", entry), ignore_errors=True)
+            target, env, timeout = cargo_target(binary)
+            how, err = run_test(target, tests, env, timeout)
             caught = how != "PASSED"
             if "error[E" in err:
                 how = "did not compile"; caught = False
+            elif how.startswith("hung"):
+                # A hang counts only if the unbroken test finishes in the same time: an
+                # exhaustive search can simply take longer than the timeout.
+                open(path, "w").write(src)
+                if run_test(target, tests, env, timeout)[0].startswith("hung"):
+                    how = f"not judged: the test takes more than {timeout} s unbroken"
+                    caught = False
             print(f"{name:34} -> {test}: {how}")
             if not caught:
                 survived.append(name)

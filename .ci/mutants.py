@@ -780,10 +780,15 @@ def cargo_target(binary):
 def run_test(target, tests, env, timeout):
     """Builds the tests (untimed), then runs `tests` within `timeout`: ("failed", "PASSED" or
     "hung ...", the output)."""
-    # A broken test may fail or be killed before its temporary directories are
-    # removed: give it a private TMPDIR, and remove what it left in /dev/shm.
+    # A broken test may fail or be killed before its temporary directories are removed: give
+    # it a private TMPDIR and, where we may (root, in a mount namespace of its own), a private
+    # /dev/shm, gone with it. Elsewhere, what it left in /dev/shm is removed: entries that
+    # appeared meanwhile and are ours, which another job of ours could also have made.
     tmp = tempfile.mkdtemp(prefix="dirlock-mutant-")
-    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+    private = os.geteuid() == 0 and shutil.which("unshare") and subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs none /dev/shm"],
+        stderr=subprocess.DEVNULL).returncode == 0
+    shm_before = set(os.listdir("/dev/shm")) if not private and os.path.isdir("/dev/shm") else set()
     # Output to a file, not a pipe: a process a broken test leaked must not keep us
     # waiting for the end of its output.
     log = open(os.path.join(tmp, "cargo.log"), "w+")
@@ -795,9 +800,12 @@ def run_test(target, tests, env, timeout):
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
         return "failed", err
+    command = ["cargo", "test", "-q", *target, "--", "--exact", *tests]
+    if private:
+        command = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /dev/shm && exec "$@"',
+                   "sh", *command]
     # Its own process group, so that a hung test and everything it started die with it.
-    p = subprocess.Popen(["cargo", "test", "-q", *target, "--", "--exact", *tests],
-                         stdout=log, stderr=subprocess.STDOUT, text=True,
+    p = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True, env={**env, "TMPDIR": tmp})
     try:
         p.wait(timeout=timeout)
@@ -816,8 +824,9 @@ def run_test(target, tests, env, timeout):
     log.close()
     shutil.rmtree(tmp, ignore_errors=True)
     for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
-        if entry.startswith(".tmp"):
-            shutil.rmtree(os.path.join("/dev/shm", entry), ignore_errors=True)
+        path = os.path.join("/dev/shm", entry)
+        if entry.startswith(".tmp") and os.lstat(path).st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
     return how, err
 
 

@@ -1,8 +1,9 @@
 //! The queue of a lock's waiters, first come, first served. `NAME.queue` beside the lock holds
-//! one entry per waiting acquisition, `<number>.<w|r>.<token>` ([`Queued`]): made whole under a
+//! one entry per waiting acquisition, `<number>.<w|r|t>.<token>` ([`Queued`]): made whole under a
 //! name of its own, then renamed to its number under the queue's exclusive `flock`, one above
 //! every entry then in it, so that numbers follow the order in which waiters came. Its waiter
-//! holds the entry's exclusive `flock` while it waits: a free one proves the waiter gone.
+//! holds the entry's exclusive `flock` while it waits: a free one proves it waits no longer
+//! (it is gone, or holds the lock: see [`Ticket::taken`]).
 //!
 //! - **Join** ([`join`]): an acquisition that finds the lock held, or a queue already there,
 //!   takes a number; it leaves ([`Ticket::leave`]) when it wins or gives up.
@@ -116,7 +117,8 @@ fn not_a_dir<S: System>(sp: &Space<S>, name: &str, what: &str) -> Error {
     }
 }
 
-/// A waiter's place in the queue: its entry (whose exclusive `flock` it holds) and the queue.
+/// A waiter's place in the queue: its entry (whose exclusive `flock` it holds while it waits)
+/// and the queue.
 pub(crate) struct Ticket<S: System> {
     pub(crate) number: u64,
     entry: String,
@@ -332,7 +334,8 @@ pub(crate) fn remove_if_empty<S: System>(sp: &Space<S>, lock: &str) {
 }
 
 /// Whether the waiter of entry `q` of `queue` still waits: `Some(false)` when its `flock` is
-/// free (it is gone: the entry is removed) or the entry is gone, `None` when it cannot be told.
+/// free (it is gone, or holds the lock: the entry is removed) or the entry is gone, `None`
+/// when it cannot be told.
 fn waits<S: System>(sys: &S, queue: &S::Dir, q: &Queued) -> Option<bool> {
     waits_keeping(sys, queue, q, &mut Vec::new())
 }

@@ -5,7 +5,7 @@ Usage: python3 .ci/mutants.py [NAME...]   (run from the repository root)
 Every mutant must make its test fail (or hang past the timeout); a mutant that passes means
 the test has no teeth for it, and the script exits 1.
 """
-import os, shutil, signal, subprocess, sys, tempfile, time
+import functools, os, shutil, signal, subprocess, sys, tempfile, time
 
 MUTANTS = [
     ("handed-waiter-keeps-its-entry-flock", 'src/protocol/queue.rs',
@@ -777,29 +777,48 @@ def cargo_target(binary):
     return target, env, timeout
 
 
+@functools.cache
+def private_shm():
+    """Whether each test can have a /dev/shm of its own: root, in a mount namespace."""
+    return os.geteuid() == 0 and shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs none /dev/shm"],
+        stderr=subprocess.DEVNULL).returncode == 0
+
+
 def run_test(target, tests, env, timeout):
     """Builds the tests (untimed), then runs `tests` within `timeout`: ("failed", "PASSED" or
     "hung ...", the output)."""
     # A broken test may fail or be killed before its temporary directories are removed: give
-    # it a private TMPDIR and, where we may (root, in a mount namespace of its own), a private
-    # /dev/shm, gone with it. Elsewhere, what it left in /dev/shm is removed: entries that
-    # appeared meanwhile and are ours, which another job of ours could also have made.
+    # it a private TMPDIR and, where we may, a private /dev/shm, gone with it. Elsewhere, what
+    # it left in /dev/shm is removed: entries that appeared meanwhile and are ours, which
+    # another job of ours could also have made.
     tmp = tempfile.mkdtemp(prefix="dirlock-mutant-")
-    private = os.geteuid() == 0 and shutil.which("unshare") and subprocess.run(
-        ["unshare", "-m", "sh", "-c", "mount -t tmpfs none /dev/shm"],
-        stderr=subprocess.DEVNULL).returncode == 0
+    private = private_shm()
     shm_before = set(os.listdir("/dev/shm")) if not private and os.path.isdir("/dev/shm") else set()
     # Output to a file, not a pipe: a process a broken test leaked must not keep us
     # waiting for the end of its output.
     log = open(os.path.join(tmp, "cargo.log"), "w+")
-    built = subprocess.run(["cargo", "test", "-q", "--no-run", *target], stdout=log,
-                           stderr=subprocess.STDOUT, text=True, env=env)
-    if built.returncode != 0:
+    try:
+        built = subprocess.run(["cargo", "test", "-q", "--no-run", *target], stdout=log,
+                               stderr=subprocess.STDOUT, text=True, env=env)
+        if built.returncode != 0:
+            how = "failed"
+        else:
+            how = run_timed(target, tests, env, timeout, tmp, log, private)
         log.seek(0)
-        err = log.read()
+        return how, log.read()
+    finally:
         log.close()
         shutil.rmtree(tmp, ignore_errors=True)
-        return "failed", err
+        for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
+            path = os.path.join("/dev/shm", entry)
+            if entry.startswith(".tmp") and os.lstat(path).st_uid == os.geteuid():
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def run_timed(target, tests, env, timeout, tmp, log, private):
+    """Runs the built `tests` within `timeout`, its output to `log`: "failed", "PASSED" or
+    "hung ..."."""
     command = ["cargo", "test", "-q", *target, "--", "--exact", *tests]
     if private:
         command = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs none /dev/shm && exec "$@"',
@@ -819,15 +838,7 @@ def run_test(target, tests, env, timeout):
         subprocess.run(["pkill", "-KILL", "-s", str(p.pid)], stderr=subprocess.DEVNULL)
         time.sleep(0.3)
     p.wait()
-    log.seek(0)
-    err = log.read()
-    log.close()
-    shutil.rmtree(tmp, ignore_errors=True)
-    for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
-        path = os.path.join("/dev/shm", entry)
-        if entry.startswith(".tmp") and os.lstat(path).st_uid == os.geteuid():
-            shutil.rmtree(path, ignore_errors=True)
-    return how, err
+    return how
 
 
 def main():

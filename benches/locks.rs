@@ -5,12 +5,16 @@
 //!
 //! Environment: `BENCH_QUICK=1` for a short run; `BENCH_SCALE=0` to skip the 100,000-entry
 //! scale runs. On Unix the asynchronous acquisition's sections (`async`, `herd`) follow, on
-//! tmpfs (see `tasks.rs`), then shared locks' (`shared`: see `shared.rs`).
+//! tmpfs (see `tasks.rs`), then shared locks' (`shared`: see `shared.rs`), the command's own
+//! cost against flock(1) (`command`: see `command.rs`), and the turn left to those that do not
+//! queue (`turns`: see `turns.rs`).
 //!
 //! On Windows (run under Wine in `.ci/run`'s manner: see `windows.rs`), the uncontended cycle
 //! and the handoff between two threads, beside `LockFileEx` as the kernel's floor: a sanity
 //! ratio, not Windows performance.
 
+#[cfg(unix)]
+mod command;
 #[cfg(unix)]
 #[path = "unix.rs"]
 mod platform;
@@ -21,6 +25,8 @@ mod platform;
 mod shared;
 #[cfg(unix)]
 mod tasks;
+#[cfg(unix)]
+mod turns;
 
 use std::time::{Duration, Instant};
 

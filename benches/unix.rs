@@ -526,32 +526,19 @@ fn scale(places: &[Place]) {
 
 pub fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("--worker") {
-        worker(&args[2], Path::new(&args[3]), args[4].parse().unwrap());
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("--reader") {
-        super::shared::reader(&args[2], Path::new(&args[3]));
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("--hold") {
-        super::tasks::hold(Path::new(&args[2]));
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("--once") {
-        super::tasks::once(
-            Path::new(&args[2]),
-            args.get(3).is_some_and(|a| a == "async"),
-        );
-        return;
-    }
-    if args.get(1).map(String::as_str) == Some("--contend") {
-        super::tasks::contend(
-            Path::new(&args[2]),
-            args[3] == "async",
-            args[4].parse().unwrap(),
-        );
-        return;
+    let dir = || Path::new(&args[2]);
+    match args.get(1).map(String::as_str) {
+        Some("--worker") => return worker(&args[2], Path::new(&args[3]), args[4].parse().unwrap()),
+        Some("--reader") => return super::shared::reader(&args[2], Path::new(&args[3])),
+        Some("--turn-worker") => return super::turns::worker(&args[2..]),
+        Some("--hold") => return super::tasks::hold(dir()),
+        Some("--once") => {
+            return super::tasks::once(dir(), args.get(3).is_some_and(|a| a == "async"))
+        }
+        Some("--contend") => {
+            return super::tasks::contend(dir(), args[3] == "async", args[4].parse().unwrap())
+        }
+        _ => {}
     }
     if args.get(1).map(String::as_str) == Some("--cycles") {
         // For `strace -c`: N uncontended cycles and nothing else.
@@ -591,6 +578,15 @@ pub fn main() {
     if want("scale") {
         scale(&places);
     }
+    if want("command") {
+        super::command::run(
+            &places
+                .iter()
+                .map(|p| (p.name, p.root.path()))
+                .collect::<Vec<_>>(),
+        );
+    }
     super::tasks::run(&want);
     super::shared::run(&want);
+    super::turns::run(&want);
 }

@@ -15,8 +15,8 @@
 //! - **Give a turn** ([`TURN_EVERY`]): waiters that hand the lock on without end would leave
 //!   it free never, and a process that does not queue (the reference implementation, a dirlock
 //!   from before the queue, a try that fails fast) would never find it free. The queue's `turn`
-//!   file, made by the first release that finds a live waiter, says when the lock was last left
-//!   free: a release that finds it [`TURN_EVERY`] old makes it anew and releases as if no one
+//!   file, made (empty: it gives no turn) by the first release that finds a live waiter, says
+//!   when the lock was last left free: a release that finds it [`TURN_EVERY`] old makes it anew and releases as if no one
 //!   waited, and the waiters that find the lock free then let it be for [`TURN_FOR`]
 //!   ([`Ticket::turn_given`]). The last release out of the queue removes the file (the next
 //!   waiter to queue starts the clock again).
@@ -38,6 +38,10 @@ pub(crate) const TURN_EVERY: Duration = Duration::from_secs(2);
 
 /// How long the lock is then left free: two polls of the reference implementation (25 ms).
 pub(crate) const TURN_FOR: Duration = Duration::from_millis(50);
+
+/// What the turn file holds when a release left the lock free (the first file, which only
+/// starts the clock, is empty: the waiters it finds do not pause for it).
+const TURN_GIVEN: &[u8] = b"given\n";
 
 /// How many times an acquisition makes `NAME.queue` anew (the last waiter out removed it under
 /// it) before it waits unqueued.
@@ -254,9 +258,13 @@ impl<S: System> Ticket<S> {
     }
 
     /// How much longer the lock is left free for those that do not queue, when a release has
-    /// just left it so (the queue's turn file is under [`TURN_FOR`] old). A file dated later
+    /// just left it so (the queue's turn file says so, and is under [`TURN_FOR`] old). A file dated later
     /// than that ahead of our clock is no turn: the clock was set back since it was made.
     pub(crate) fn turn_given(&self, sp: &Space<S>) -> Option<Duration> {
+        // The first file, empty, only starts the clock: no turn was given then.
+        if sp.sys.meta_at(&self.queue, TURN_FILE).ok()?.size == 0 {
+            return None;
+        }
         let age = turn_age(sp.sys, &self.queue).ok()??;
         TURN_FOR.checked_sub(age).filter(|left| !left.is_zero())
     }
@@ -298,7 +306,7 @@ fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
         return false;
     }
     remove_tree(sys, queue, TURN_FILE);
-    sys.create_file_at(queue, TURN_FILE, b"", false, None)
+    sys.create_file_at(queue, TURN_FILE, TURN_GIVEN, false, None)
         .is_ok()
 }
 

@@ -292,3 +292,59 @@ fn a_release_or_a_sweep_removes_a_queue_left_to_the_dead() {
         assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers of a sweep");
     }
 }
+
+/// The first `turn` file only starts the clock: it is empty, and a waiter handed nothing does
+/// not pause for it. The file made when a release leaves the lock free for a turn says so.
+#[test]
+fn only_a_turn_given_is_marked_as_one() {
+    let fx = Fixture::new();
+    let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
+    let h = fx.locks.named_lock(LOCK).acquire().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (fx, turn) = (&fx, &turn);
+    std::thread::scope(|s| {
+        let before = queued(fx).len();
+        let w1 = s.spawn(move || {
+            let g = fx
+                .locks
+                .named_lock(LOCK)
+                .wait(Wait::Forever)
+                .acquire()
+                .unwrap();
+            rx.recv().unwrap();
+            g.release().unwrap();
+        });
+        assert!(eventually(Duration::from_secs(10), || queued(fx).len() > before));
+        h.release().unwrap();
+        assert!(
+            eventually(Duration::from_secs(10), || turn.exists()),
+            "no turn file"
+        );
+        assert_eq!(std::fs::read(turn).unwrap(), b"", "the clock's first file");
+        // W1 holds; W2 queues; the clock is run out; W1's release gives the turn.
+        let before = queued(fx).len();
+        let w2 = s.spawn(move || {
+            let g = fx
+                .locks
+                .named_lock(LOCK)
+                .wait(Wait::Forever)
+                .acquire()
+                .unwrap();
+            let given = std::fs::read(turn).unwrap();
+            g.release().unwrap();
+            given
+        });
+        assert!(eventually(Duration::from_secs(10), || queued(fx).len() > before));
+        let old = std::time::SystemTime::now() - Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(turn)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        tx.send(()).unwrap();
+        w1.join().unwrap();
+        assert_eq!(w2.join().unwrap(), b"given\n", "a turn given");
+    });
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}

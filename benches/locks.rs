@@ -4,10 +4,10 @@
 //! (`/dev/shm`) and on the disk (`$BENCH_DISK`, default `/var/tmp`). Prints markdown tables.
 //!
 //! Environment: `BENCH_QUICK=1` for a short run; `BENCH_SCALE=0` to skip the 100,000-entry
-//! scale runs. On Unix the asynchronous acquisition's sections (`async`, `herd`) follow, on
-//! tmpfs (see `tasks.rs`), then shared locks' (`shared`: see `shared.rs`), the command's own
-//! cost against flock(1) (`command`: see `command.rs`), and the turn left to those that do not
-//! queue (`turns`: see `turns.rs`).
+//! scale runs. On Unix the command's own cost against flock(1) follows (`command`: see
+//! `command.rs`), then the asynchronous acquisition's sections (`async`, `herd`, `contention`,
+//! `fairness`), on tmpfs (see `tasks.rs`), shared locks' (`shared`: see `shared.rs`), and the
+//! turn left to those that do not queue (`turns`: see `turns.rs`).
 //!
 //! On Windows (run under Wine in `.ci/run`'s manner: see `windows.rs`), the uncontended cycle
 //! and the handoff between two threads, beside `LockFileEx` as the kernel's floor: a sanity

@@ -556,7 +556,7 @@ pub fn main() {
         return;
     }
     if args.iter().any(|a| a == "--list") {
-        return; // `cargo bench -- --list` and `cargo test --benches` ask this
+        return; // `cargo bench -- --list` asks this (`cargo test --benches` runs every section)
     }
     let places = places();
     println!(

@@ -16,10 +16,10 @@
 //!   it free never, and a process that does not queue (the reference implementation, a dirlock
 //!   from before the queue, a try that fails fast) would never find it free. The queue's `turn`
 //!   file, made (empty: it gives no turn) by the first release that finds a live waiter, says
-//!   when the lock was last left free: a release that finds it [`TURN_EVERY`] old makes it anew and releases as if no one
-//!   waited, and the waiters that find the lock free then let it be for [`TURN_FOR`]
-//!   ([`Ticket::turn_given`]). The last release out of the queue removes the file (the next
-//!   waiter to queue starts the clock again).
+//!   when the lock was last left free: a release that finds it [`TURN_EVERY`] old makes it
+//!   anew, saying so, and releases as if no one waited, and the waiters that find the lock
+//!   free then let it be for [`TURN_FOR`] ([`Ticket::turn_given`]). The last release out of
+//!   the queue removes the file (the next waiter to queue starts the clock again).
 
 use super::stage::write_record;
 use crate::error::Error;
@@ -258,14 +258,16 @@ impl<S: System> Ticket<S> {
     }
 
     /// How much longer the lock is left free for those that do not queue, when a release has
-    /// just left it so (the queue's turn file says so, and is under [`TURN_FOR`] old). A file dated later
-    /// than that ahead of our clock is no turn: the clock was set back since it was made.
+    /// just left it so (the queue's turn file says so, and is under [`TURN_FOR`] old). A file
+    /// dated later than that ahead of our clock is no turn: the clock was set back since it
+    /// was made.
     pub(crate) fn turn_given(&self, sp: &Space<S>) -> Option<Duration> {
+        let turn = sp.sys.meta_at(&self.queue, TURN_FILE).ok()?;
         // The first file, empty, only starts the clock: no turn was given then.
-        if sp.sys.meta_at(&self.queue, TURN_FILE).ok()?.size == 0 {
+        if turn.size == 0 {
             return None;
         }
-        let age = turn_age(sp.sys, &self.queue).ok()??;
+        let age = age_of(sp.sys, turn.mtime)?;
         TURN_FOR.checked_sub(age).filter(|left| !left.is_zero())
     }
 }
@@ -280,12 +282,16 @@ pub(crate) fn turn_every<S: System>(sys: &S) -> Duration {
 /// more ahead of our clock (the clock was set back since it was made): it gives no turn, and
 /// is made anew.
 fn turn_age<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Option<Duration>> {
-    let made = sys.meta_at(queue, TURN_FILE)?.mtime;
-    Ok(match sys.now().duration_since(made) {
+    Ok(age_of(sys, sys.meta_at(queue, TURN_FILE)?.mtime))
+}
+
+/// The age of a turn file dated `made` (see [`turn_age`]).
+fn age_of<S: System>(sys: &S, made: std::time::SystemTime) -> Option<Duration> {
+    match sys.now().duration_since(made) {
         Ok(age) => Some(age),
         Err(e) if e.duration() < TURN_FOR => Some(Duration::ZERO),
         Err(_) => None,
-    })
+    }
 }
 
 /// Whether the release that looks at `queue`, where a live waiter waits, leaves the lock free

@@ -302,15 +302,11 @@ fn only_a_turn_given_is_marked_as_one() {
     let h = fx.locks.named_lock(LOCK).acquire().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let (fx, turn) = (&fx, &turn);
+    let wait = move || fx.locks.named_lock(LOCK).wait(Wait::Forever).acquire();
     std::thread::scope(|s| {
         let before = queued(fx).len();
         let w1 = s.spawn(move || {
-            let g = fx
-                .locks
-                .named_lock(LOCK)
-                .wait(Wait::Forever)
-                .acquire()
-                .unwrap();
+            let g = wait().unwrap();
             rx.recv().unwrap();
             g.release().unwrap();
         });
@@ -324,12 +320,7 @@ fn only_a_turn_given_is_marked_as_one() {
         // W1 holds; W2 queues; the clock is run out; W1's release gives the turn.
         let before = queued(fx).len();
         let w2 = s.spawn(move || {
-            let g = fx
-                .locks
-                .named_lock(LOCK)
-                .wait(Wait::Forever)
-                .acquire()
-                .unwrap();
+            let g = wait().unwrap();
             let given = std::fs::read(turn).unwrap();
             g.release().unwrap();
             given

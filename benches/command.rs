@@ -4,25 +4,54 @@
 //! median of the pairs' ratios (a pair's two runs see the same machine).
 //!
 //! The command is the workspace's release build (`cargo build --release -p dirlock-cli` at the
-//! top), or the binary `DIRLOCK_BIN` names; `flock` is util-linux's, from `PATH`.
+//! top, in `CARGO_TARGET_DIR` if set), or the binary `DIRLOCK_BIN` names; `flock` is
+//! util-linux's. Both `flock` and `true` are found on `PATH` once, and every run starts them by
+//! absolute path, as it does `dirlock`: no side pays for a search of `PATH` at each start.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use super::{median, quick};
 
 /// The `dirlock` binary to time, if it is there.
 fn binary() -> Option<PathBuf> {
-    let bin = std::env::var_os("DIRLOCK_BIN").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/dirlock"),
-        PathBuf::from,
-    );
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let bin = match (
+        std::env::var_os("DIRLOCK_BIN"),
+        std::env::var_os("CARGO_TARGET_DIR"),
+    ) {
+        (Some(bin), _) => PathBuf::from(bin),
+        (None, Some(target)) => top.join(target).join("release/dirlock"),
+        (None, None) => top.join("target/release/dirlock"),
+    };
     bin.is_file().then_some(bin)
 }
 
+/// The newest modification time of the files under `dir` (the sources a build is from).
+fn newest(dir: &Path) -> SystemTime {
+    let mut latest = SystemTime::UNIX_EPOCH;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        let t = match meta.is_dir() {
+            true => newest(&entry.path()),
+            false => meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        };
+        latest = latest.max(t);
+    }
+    latest
+}
+
+/// `program`'s absolute path, from `PATH`.
+fn on_path(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+}
+
 /// One run's wall time, in µs (the command must succeed).
-fn time(argv: &[&std::ffi::OsStr]) -> f64 {
+fn time(argv: &[&OsStr]) -> f64 {
     let t = Instant::now();
     let status = Command::new(argv[0])
         .args(&argv[1..])
@@ -35,7 +64,7 @@ fn time(argv: &[&std::ffi::OsStr]) -> f64 {
 }
 
 /// `runs` pairs, `a` and `b` in turn after a warm-up: the medians of each, and of `a / b`.
-fn paired(a: &[&std::ffi::OsStr], b: &[&std::ffi::OsStr], runs: usize) -> (f64, f64, f64) {
+fn paired(a: &[&OsStr], b: &[&OsStr], runs: usize) -> (f64, f64, f64) {
     for _ in 0..5 {
         time(a);
         time(b);
@@ -56,12 +85,17 @@ pub fn run(places: &[(&str, &Path)]) {
         println!("skipped: build the command first (`cargo build --release -p dirlock-cli` at the top), or name it in DIRLOCK_BIN");
         return;
     };
-    if Command::new("flock").arg("-V").output().is_err() {
-        println!("skipped: no `flock` (util-linux) on PATH");
-        return;
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let built = std::fs::metadata(&bin).and_then(|m| m.modified());
+    if built.is_ok_and(|b| b < newest(&top.join("src")).max(newest(&top.join("cli/src")))) {
+        println!("(the binary is older than the sources: `cargo build --release -p dirlock-cli` times what they say)");
     }
+    let (Some(flock), Some(t)) = (on_path("flock"), on_path("true")) else {
+        println!("skipped: no `flock` (util-linux) or no `true` on PATH");
+        return;
+    };
     let runs = if quick() { 30 } else { 300 };
-    let (bin, t) = (bin.as_os_str(), "true".as_ref());
+    let (bin, t) = (bin.as_os_str(), t.as_os_str());
     println!(
         "| | dirlock (µs) | the other (µs) | ratio of the pairs |\n| --- | ---: | ---: | ---: |"
     );
@@ -69,7 +103,7 @@ pub fn run(places: &[(&str, &Path)]) {
     println!("| `dirlock --version` against `true` | {a:.0} | {b:.0} | {r:.2} |");
     for (name, dir) in places {
         let (lock, file) = (dir.join("cmd"), dir.join("cmd.flock"));
-        let run: [&std::ffi::OsStr; 6] = [
+        let run: [&OsStr; 6] = [
             bin,
             "run".as_ref(),
             "--lock".as_ref(),
@@ -77,7 +111,7 @@ pub fn run(places: &[(&str, &Path)]) {
             "--".as_ref(),
             t,
         ];
-        let (a, b, r) = paired(&run, &["flock".as_ref(), file.as_os_str(), t], runs);
+        let (a, b, r) = paired(&run, &[flock.as_os_str(), file.as_os_str(), t], runs);
         println!("| `dirlock run --lock X -- true` against `flock F true`, {name} | {a:.0} | {b:.0} | {r:.2} |");
     }
 }

@@ -715,6 +715,22 @@ MUTANTS = [
      "    remove_entry_dir(sp.sys, sp.dir, &c.name, c.dir);\n    sp.sys.own_token",
      "    drop(c.dir);\n    remove_tree(sp.sys, sp.dir, &c.name);\n    sp.sys.own_token",
      "lib", "sim::tests::arbitrary_schedules_keep_the_invariants"),
+    # Readers in the queue.
+    ("queue-reader-behind-a-writer-takes-no-number", "src/protocol/contend/readers.rs",
+     "        if self.ticket.is_some() || self.fail_fast {",
+     "        if true || self.ticket.is_some() || self.fail_fast {",
+     "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
+    ("queue-reader-waits-for-writers-behind-it", "src/protocol/contend/readers.rs",
+     "                Ahead::Nobody => None,",
+     "                Ahead::Nobody => shared::waiting_writers(self.sp, self.req.name).map(|w| (w, nobody)),",
+     "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
+    ("queue-reader-passes-a-writer-ahead", "src/protocol/queue.rs",
+     "                Some(true) => return keep.pop().map_or(Ahead::Unknown, Ahead::Writer),",
+     "                Some(true) => {}",
+     "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
+    # (No mutant for `q.number > self.number` in `Ticket::before_writers`: a live writer queued
+    # ahead is found first by `writer_ahead`, so dropping the comparison changes nothing a
+    # test can see; it states the rule where it is applied.)
     # A turn for those that do not queue.
     ("turn-never-given", "src/protocol/queue.rs",
      "        Ok(Some(age)) => age >= turn_every(sys),",

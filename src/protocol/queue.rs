@@ -130,6 +130,16 @@ pub(crate) struct Ticket<S: System> {
     queue: S::Dir,
 }
 
+/// What is queued ahead of a reader ([`Ticket::writer_ahead`]).
+pub(crate) enum Ahead<D> {
+    /// No live writer.
+    Nobody,
+    /// A live writer: its entry, open.
+    Writer(D),
+    /// It cannot be told (the queue or an entry cannot be read).
+    Unknown,
+}
+
 /// Takes a number in `NAME`'s queue for the candidate of `record` (its token), a waiter of
 /// kind `kind`. `Ok(None)` where there can be no queue (no
 /// `flock`), or its `flock` stays held: the acquisition then waits unqueued.
@@ -255,6 +265,43 @@ impl<S: System> Ticket<S> {
             ahead |= waits(sp.sys, &self.queue, q) != Some(false);
         }
         ahead
+    }
+
+    /// The nearest live writer (a thread's or a task's entry) queued ahead of this one, which
+    /// a reader lets go first: its entry, opened, to wait on (its waiter holds its `flock`
+    /// while it waits, and lets go once it holds the lock, or is gone). Entries of dead
+    /// waiters found on the way are removed.
+    pub(crate) fn writer_ahead(&self, sp: &Space<S>) -> Ahead<S::Dir> {
+        let Ok(names) = in_order(sp.sys, &self.queue) else {
+            return Ahead::Unknown;
+        };
+        let ahead = names.iter().rev().filter(|q| q.number < self.number);
+        for q in ahead.filter(|q| q.kind != Waiter::Reader) {
+            let mut keep = Vec::new();
+            match waits_keeping(sp.sys, &self.queue, q, &mut keep) {
+                Some(false) => {}
+                Some(true) => return keep.pop().map_or(Ahead::Unknown, Ahead::Writer),
+                None => return Ahead::Unknown,
+            }
+        }
+        Ahead::Nobody
+    }
+
+    /// Whether a reader holding this ticket comes into a shared lock before the writers
+    /// waiting there (their entries' tokens, `writers`): no live writer is queued ahead of us,
+    /// and each of them is queued after us (a writer not in the queue is not).
+    pub(crate) fn before_writers(&self, sp: &Space<S>, writers: &[String]) -> bool {
+        if !matches!(self.writer_ahead(sp), Ahead::Nobody) {
+            return false;
+        }
+        let Ok(names) = in_order(sp.sys, &self.queue) else {
+            return false;
+        };
+        writers.iter().all(|t| {
+            names
+                .iter()
+                .any(|q| q.token == *t && q.kind != Waiter::Reader && q.number > self.number)
+        })
     }
 
     /// How much longer the lock is left free for those that do not queue, when a release has

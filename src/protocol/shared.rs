@@ -22,7 +22,7 @@
 //!   before it is [`KEEP_FRESH`] old, so that it never looks older than their grace period
 //!   while a reader lives.
 
-use super::queue::hold_beside;
+use super::queue::{hold_beside, Ticket};
 use super::stage::{new_record, shared_record, write_record, Held, Request};
 use super::{check_held, retire_checked_own};
 use crate::error::Error;
@@ -98,13 +98,15 @@ pub(crate) enum Join<S: System> {
     Changed,
 }
 
-/// Joins the shared lock at `NAME` (`lock`, observed as directory `id`).
+/// Joins the shared lock at `NAME` (`lock`, observed as directory `id`): behind the writers
+/// waiting there, unless `ticket` (the reader's place in the queue) comes before them all.
 pub(crate) fn join<S: System>(
     sp: &Space<S>,
     req: &Request,
     me: &Identity,
     lock: S::Dir,
     id: FileId,
+    ticket: Option<&Ticket<S>>,
 ) -> Result<Join<S>, Error> {
     let name = req.name;
     match lock_past_peekers(sp, &lock, name, false, "lock the shared lock") {
@@ -118,7 +120,11 @@ pub(crate) fn join<S: System>(
         return Ok(Join::Changed);
     }
     if let Some(writers) = waiting_writers(sp, name) {
-        return Ok(Join::Behind(writers));
+        let first = ticket
+            .is_some_and(|t| writers_in(sp.sys, &lock).is_ok_and(|w| t.before_writers(sp, &w)));
+        if !first {
+            return Ok(Join::Behind(writers));
+        }
     }
     let token = sp.sys.token();
     sp.sys.own_token(&token, true);
@@ -143,6 +149,25 @@ pub(crate) fn join<S: System>(
         entry: Some(entry),
         ticket: None,
     })))
+}
+
+/// The tokens of the writers waiting in the shared lock `lock`: their entries, whose `flock`
+/// is held (or cannot be judged).
+fn writers_in<S: System>(sys: &S, lock: &S::Dir) -> io::Result<Vec<String>> {
+    let mut writers = Vec::new();
+    for name in sys.list(lock)? {
+        let Inside::Writer(token) = classify_inside(&name) else {
+            continue;
+        };
+        let waits = match sys.open_dir_at(lock, &name) {
+            Ok(entry) => !beacon_free(sys, &entry, true).unwrap_or(false),
+            Err(e) => e.kind() != io::ErrorKind::NotFound,
+        };
+        if waits {
+            writers.push(token);
+        }
+    }
+    Ok(writers)
 }
 
 /// A writer's place while it waits for the readers of a shared lock: a shared `flock` on
@@ -175,7 +200,9 @@ impl<S: System> Intent<S> {
         self.entry.as_ref().is_some_and(|(_, i, _)| *i == id)
     }
 
-    /// Puts its entry in the shared lock `lock` (directory `id`), out of the one before.
+    /// Puts its entry in the shared lock `lock` (directory `id`), out of the one before, named
+    /// by `token`, the writer's candidate's (and its queue entry's: a reader queued before the
+    /// writer tells it by that).
     ///
     /// # Errors
     ///
@@ -185,13 +212,12 @@ impl<S: System> Intent<S> {
         sp: &Space<S>,
         req: &Request,
         me: &Identity,
-        lock: S::Dir,
-        id: FileId,
+        (lock, id): (S::Dir, FileId),
+        token: String,
     ) -> Result<(), Error> {
         if let Some((old, old_id, e)) = self.entry.take() {
             leave_lock(sp, req.name, old, old_id, e);
         }
-        let token = sp.sys.token();
         let record = new_record(sp.sys, me, token.clone(), true, req.options);
         let entry = make_entry(sp, &lock, req.name, format!("{WRITER}{token}"), &record)?;
         self.entry = Some((lock, id, entry));

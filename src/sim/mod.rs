@@ -18,7 +18,7 @@
 //! step ([`reference`]). I10: nobody writes (a writer, or the reference holding the lock)
 //! while another reads or writes, and nobody moves a shared lock away while it is read. I11:
 //! no reader comes into a shared lock whose live writer's entry was made and locked before the
-//! reader looked for writers. I12: while a reader reads, the record names a live reader (or
+//! reader looked for writers, unless the reader queued before that writer. I12: while a reader reads, the record names a live reader (or
 //! one still leaving), or did within a keeper's period and a half; the lock directory never
 //! gets older than the keeper lets it (so the reference, which waits 60 s from there, never
 //! takes the lock from readers); and a named reader that leaves while others read hands the

@@ -7,8 +7,8 @@
 //!   writes ([`enter`], [`enter_shared`]), and nobody moves a shared lock away while a live
 //!   reader reads it ([`State::moving`]).
 //! - **I11**: a reader comes into a shared lock only if its last look for writers there came
-//!   before the entry of every live writer waiting there was made and locked
-//!   ([`State::came_in`]).
+//!   before the entry of every live writer waiting there was made and locked, or it queued
+//!   before that writer ([`State::came_in`]).
 //! - **I12**: while a live reader reads, the record names a live reader (or one still leaving),
 //!   or did so within [`NAMED_SLACK`]; the lock directory never looks older than the keeper
 //!   lets it ([`State::check_readers`]); and a reader the record names hands it over when it
@@ -18,7 +18,7 @@
 //! its own behind, no entry in a shared lock included ([`left_nothing`]).
 
 use super::*;
-use crate::paths::{READER, WRITER};
+use crate::paths::{queue_name, Queued, Waiter, READER, WRITER};
 use crate::protocol::shared::{keep_record, KEEP_FRESH};
 
 /// How often a reading process's keeper looks at the record (as `acquire::keeper` does).
@@ -139,7 +139,8 @@ impl State {
 
     /// I11: `(slot, task)` made `name` in directory `dir`. A reader's entry in the published
     /// lock is its coming in: no live writer's entry may wait there, made and locked before
-    /// the reader's last look for writers (or at all, if it did not look).
+    /// the reader's last look for writers (or at all, if it did not look), unless the reader
+    /// queued before that writer.
     pub(crate) fn came_in(&mut self, slot: usize, task: usize, dir: Ino, name: &str) {
         if !name.starts_with(READER) || self.lookup(self.d(), LOCK).ok() != Some(dir) {
             return;
@@ -161,7 +162,7 @@ impl State {
             });
             let since = self.book.flocked.get(&ino).copied();
             if let (true, Some(since)) = (waits, since) {
-                if looked.is_none_or(|l| l > since) {
+                if looked.is_none_or(|l| l > since) && !self.queued_before(slot, task, &writer) {
                     let how = looked.map_or("without looking for writers".into(), |l| {
                         format!("having looked for writers at step {l}")
                     });
@@ -172,6 +173,32 @@ impl State {
                 }
             }
         }
+    }
+
+    /// Whether `(slot, task)`, a reader, is queued before the writer whose entry in a shared
+    /// lock is `writer` (both in the lock's queue, the reader's number lower): I11 lets it
+    /// come in past that writer.
+    fn queued_before(&self, slot: usize, task: usize, writer: &str) -> bool {
+        let Some(token) = writer.strip_prefix(WRITER) else {
+            return false;
+        };
+        let Ok(entries) = self
+            .lookup(self.d(), &queue_name(LOCK))
+            .and_then(|q| self.dir_entries(q))
+        else {
+            return false;
+        };
+        let queued: Vec<Queued> = entries.keys().filter_map(|n| Queued::parse(n)).collect();
+        let number = |reader: bool| {
+            queued.iter().find_map(|q| {
+                let ours = match reader {
+                    true => self.tokens.get(&q.token) == Some(&(slot, task)),
+                    false => q.token == token,
+                };
+                (ours && (q.kind == Waiter::Reader) == reader).then_some(q.number)
+            })
+        };
+        matches!((number(true), number(false)), (Some(r), Some(w)) if r < w)
     }
 
     /// I12, after every step: while a live reader reads the shared lock at `NAME`, its record

@@ -24,7 +24,8 @@ fn queued(fx: &Fixture) -> Vec<String> {
 
 /// Starts a thread that waits (as `wait` says) for [`LOCK`] with purpose `purpose`, and
 /// returns once it is in the queue; the thread records `purpose` in `served` when it holds the
-/// lock, holds it a moment, and returns what its acquisition returned.
+/// lock, holds it a moment, and returns what its acquisition returned. A purpose that starts
+/// with `reader` reads (takes the lock shared).
 fn waiter<'s>(
     s: &'s std::thread::Scope<'s, '_>,
     fx: &'s Fixture,
@@ -35,7 +36,12 @@ fn waiter<'s>(
     let before = queued(fx).len();
     let p = purpose.to_owned();
     let handle = s.spawn(move || {
-        let g = fx.locks.named_lock(LOCK).wait(wait).purpose(&p).acquire()?;
+        let request = fx.locks.named_lock(LOCK).wait(wait).purpose(&p);
+        let request = match p.starts_with("reader") {
+            true => request.shared(),
+            false => request,
+        };
+        let g = request.acquire()?;
         served.lock().unwrap().push(p);
         std::thread::sleep(Duration::from_millis(5));
         g.release()
@@ -71,6 +77,31 @@ fn served_in_turn(fx: &Fixture, n: usize) {
 fn waiters_are_served_in_the_order_they_came_and_status_lists_them_so() {
     let fx = Fixture::new();
     served_in_turn(&fx, 6);
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
+/// Readers that wait behind a writer take their places in the queue (`status` lists them):
+/// they come in after that writer, together, and before a writer that came after them.
+#[test]
+fn readers_behind_a_writer_go_before_a_writer_that_came_after_them() {
+    let fx = Fixture::new();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let names = ["writer 1", "reader 1", "reader 2", "writer 2"].map(String::from);
+    let held = fx.locks.named_lock(LOCK).shared().acquire().unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = names
+            .iter()
+            .map(|p| waiter(s, &fx, p, Wait::Forever, &served))
+            .collect();
+        assert_eq!(queued(&fx), names, "status lists the waiters as they came");
+        held.release().unwrap();
+        for h in handles {
+            h.join().unwrap().unwrap();
+        }
+    });
+    let mut served = served.lock().unwrap().clone();
+    served[1..3].sort();
+    assert_eq!(served, names, "served out of order");
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 

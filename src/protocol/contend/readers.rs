@@ -6,6 +6,7 @@ use super::{Contender, Evidence, Next};
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::owner::Owner;
+use crate::protocol::queue::Ahead;
 use crate::protocol::shared::{self, Intent, Join};
 use crate::protocol::stage::stage;
 use crate::space::{beacon_free, not_found, Seen};
@@ -17,12 +18,20 @@ impl<S: System> Contender<'_, '_, S> {
     pub(super) fn behind_writer(&mut self) -> Result<Option<Next<S>>, Error> {
         let reads = self.req.options.shared && self.c.as_ref().is_none_or(|c| c.shared);
         // Kept from the last round, or found now: a reader takes no lock, a new one neither
-        // (once the last reader retired the one the writer waits in), while a writer waits.
-        let found = match self.behind.take() {
-            Some(behind) => Some(behind),
-            None if reads => shared::waiting_writers(self.sp, self.req.name)
-                .map(|w| (w, FileId { dev: 0, ino: 0 })),
-            None => None,
+        // (once the last reader retired the one the writer waits in), while a writer waits; a
+        // queued reader, while a writer queued ahead of it waits.
+        let nobody = FileId { dev: 0, ino: 0 };
+        let found = match (self.behind.take(), &self.ticket) {
+            (Some(behind), _) => Some(behind),
+            (None, _) if !reads => None,
+            (None, Some(ticket)) => match ticket.writer_ahead(self.sp) {
+                Ahead::Nobody => None,
+                Ahead::Writer(entry) => Some((entry, nobody)),
+                Ahead::Unknown => {
+                    shared::waiting_writers(self.sp, self.req.name).map(|w| (w, nobody))
+                }
+            },
+            (None, None) => shared::waiting_writers(self.sp, self.req.name).map(|w| (w, nobody)),
         };
         let Some((writer, id)) = found else {
             return Ok(None);
@@ -45,7 +54,24 @@ impl<S: System> Contender<'_, '_, S> {
         if expired {
             return Err(self.timeout());
         }
+        if self.take_a_number()? {
+            return Ok(Some(Next::Again));
+        }
         Ok(Some(self.wait(writer, id, Evidence::Writer, None, false)))
+    }
+
+    /// A reader about to wait behind a writer, not yet queued, takes a number (staging its
+    /// candidate first): it then waits only for the writers queued ahead of it, and goes
+    /// before those that come after it. `true`: it took one, and looks again at once.
+    fn take_a_number(&mut self) -> Result<bool, Error> {
+        if self.ticket.is_some() || self.fail_fast {
+            return Ok(false);
+        }
+        if self.c.is_none() {
+            self.c = Some(stage(self.sp, self.req, self.me)?);
+        }
+        self.enqueue();
+        Ok(self.ticket.is_some())
     }
 
     /// A reader's first round: a shared lock is joined without a candidate (`Some`); any
@@ -68,7 +94,8 @@ impl<S: System> Contender<'_, '_, S> {
         meta: Meta,
         owner: Owner,
     ) -> Result<Next<S>, Error> {
-        match shared::join(self.sp, self.req, self.me, dir, meta.id)? {
+        let ticket = self.ticket.as_ref();
+        match shared::join(self.sp, self.req, self.me, dir, meta.id, ticket)? {
             Join::Joined(held) => {
                 self.joined = Some(*held);
                 Ok(Next::Won)
@@ -80,6 +107,9 @@ impl<S: System> Contender<'_, '_, S> {
             Join::Behind(writer) => {
                 self.last_owner = Some(owner.clone());
                 self.held_by(&owner, &writer_first(), meta.mtime)?;
+                if self.take_a_number()? {
+                    return Ok(Next::Again);
+                }
                 Ok(self.wait(writer, meta.id, Evidence::Writer, None, false))
             }
         }
@@ -94,8 +124,7 @@ impl<S: System> Contender<'_, '_, S> {
         if self.intent.is_none() {
             self.intent = Some(Intent::new(sp, req.name)?);
         }
-        let intent = self.intent.as_mut().expect("just made");
-        if intent.entered(id) {
+        if self.intent.as_ref().is_some_and(|i| i.entered(id)) {
             return Ok(());
         }
         let Ok(lock) = sp.sys.open_dir_at(sp.dir, req.name) else {
@@ -104,7 +133,9 @@ impl<S: System> Contender<'_, '_, S> {
         if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
             return Ok(());
         }
-        match intent.enter(sp, req, self.me, lock, id) {
+        let token = self.staged().owner.token.clone();
+        let intent = self.intent.as_mut().expect("just made");
+        match intent.enter(sp, req, self.me, (lock, id), token) {
             // Retired meanwhile (its last reader left, or a reclaimer took it): the wait ends
             // at once, as above.
             Err(e) if not_found(&e) => Ok(()),

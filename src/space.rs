@@ -197,18 +197,40 @@ impl<S: System> Space<'_, S> {
                 Err(u) => u,
             },
         };
+        self.unreadable(name, dir, meta, problem)
+    }
+
+    /// The lock at `name`, whose directory `dir` (`meta`, when opened) has a record that
+    /// cannot be read (`problem`).
+    fn unreadable(
+        &self,
+        name: &str,
+        dir: S::Dir,
+        meta: Meta,
+        problem: Unreadable,
+    ) -> Result<Seen<S>, Error> {
         // A record we cannot read counts against the lock only if NAME still names the
         // directory we looked into; otherwise the holder released (or someone reclaimed)
-        // meanwhile.
+        // meanwhile. The same identity proves that only while our directory still exists:
+        // where an open handle does not keep its inode number (bindfs and other FUSE
+        // filesystems passing the backing numbers through, NFS), a directory removed since we
+        // opened it frees the number, and the next one made (the next lock at NAME) can have
+        // it. Linked after the look at NAME, it was linked at that look, and the number was
+        // its own.
         match self.sys.meta_at(self.dir, name) {
-            Ok(now) if now.id == meta.id => match problem {
-                Unreadable::Malformed(problem)
-                    if self.sys.try_lock(&dir, false).ok() == Some(false) =>
-                {
-                    Ok(Seen::InUse { dir, meta, problem })
-                }
-                Unreadable::Malformed(p) => Ok(Seen::Malformed(p)),
-                Unreadable::Io(e) => Err(self.io("read the owner record of", name, e)),
+            Ok(now) if now.id == meta.id => match self.sys.meta(&dir) {
+                Ok(m) if m.nlink == 0 => Ok(Seen::Gone),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
+                Err(e) => Err(self.io("inspect the lock", name, e)),
+                Ok(_) => match problem {
+                    Unreadable::Malformed(problem)
+                        if self.sys.try_lock(&dir, false).ok() == Some(false) =>
+                    {
+                        Ok(Seen::InUse { dir, meta, problem })
+                    }
+                    Unreadable::Malformed(p) => Ok(Seen::Malformed(p)),
+                    Unreadable::Io(e) => Err(self.io("read the owner record of", name, e)),
+                },
             },
             Ok(_) => Ok(Seen::Gone),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),

@@ -721,16 +721,30 @@ MUTANTS = [
      "        if true || self.ticket.is_some() || self.fail_fast {",
      "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
     ("queue-reader-waits-for-writers-behind-it", "src/protocol/contend/readers.rs",
-     "                Ahead::Nobody => None,",
-     "                Ahead::Nobody => shared::waiting_writers(self.sp, self.req.name).map(|w| (w, nobody)),",
+     "                        Some(Ahead::Nobody) => None,",
+     "                        Some(Ahead::Nobody) => Some(writers),",
      "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
     ("queue-reader-passes-a-writer-ahead", "src/protocol/queue.rs",
      "                Some(true) => return keep.pop().map_or(Ahead::Unknown, Ahead::Writer),",
      "                Some(true) => {}",
      "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
-    # (No mutant for `q.number > self.number` in `Ticket::before_writers`: a live writer queued
-    # ahead is found first by `writer_ahead`, so dropping the comparison changes nothing a
-    # test can see; it states the rule where it is applied.)
+    # (No mutant for `q.number > self.number` in `Ticket::before_writers`: a reader reaches a
+    # read lock with a writer queued ahead of it in it only if that writer came in within the
+    # reader's one round, after the reader's look for writers: no test or simulated schedule
+    # reaches that window (the simulation ran every schedule with it dropped, and passed). The
+    # look at the start of the round, which waits for such a writer, has its mutants above.)
+    ("queue-reader-joins-without-a-number", "src/protocol/contend/readers.rs",
+     "        if queued && self.take_a_number()? {",
+     "        if false && queued && self.take_a_number()? {",
+     "it", "queue::a_reader_lets_a_writer_queued_before_it_go_first_though_not_yet_in_the_lock"),
+    ("queue-reader-defers-to-no-writer-ahead", "src/protocol/contend/readers.rs",
+     "        if let Some(pause) = self.defer_to_a_writer(meta.id) {",
+     "        if let Some(pause) = self.defer_to_a_writer(meta.id).filter(|_| false) {",
+     "it", "queue::a_reader_lets_a_writer_queued_before_it_go_first_though_not_yet_in_the_lock"),
+    # (No mutant for `observe`'s look at the directory it opened, gone since (a filesystem
+    # that gives its number to the next directory made, as bindfs over ext4 does): the one
+    # test that reaches it, hardening::contention_on_fuse_is_never_an_error, fails on about
+    # one run in 70 without it, too seldom for a mutant; the simulation never reuses a number.)
     # A turn for those that do not queue.
     ("turn-never-given", "src/protocol/queue.rs",
      "        Ok(Some(age)) => age >= turn_every(sys),",

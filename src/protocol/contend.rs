@@ -146,6 +146,9 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     queued: bool,
     deferred: Option<Duration>,
     turned: Option<Duration>,
+    /// A queued reader: the read lock it found with a live writer queued ahead of it, not yet
+    /// in it, and since when it lets that writer go first.
+    joining: Option<(FileId, Duration)>,
     /// Whether a release may hand the lock to us (not to a task: see `Sleep::runs_alone`).
     handable: bool,
 }
@@ -206,6 +209,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             queued: false,
             deferred: None,
             turned: None,
+            joining: None,
             handable: true,
         })
     }

@@ -288,12 +288,9 @@ impl<S: System> Ticket<S> {
     }
 
     /// Whether a reader holding this ticket comes into a shared lock before the writers
-    /// waiting there (their entries' tokens, `writers`): no live writer is queued ahead of us,
-    /// and each of them is queued after us (a writer not in the queue is not).
+    /// waiting there (their entries' tokens, `writers`): each of them is queued after us (a
+    /// writer not in the queue is not).
     pub(crate) fn before_writers(&self, sp: &Space<S>, writers: &[String]) -> bool {
-        if !matches!(self.writer_ahead(sp), Ahead::Nobody) {
-            return false;
-        }
         let Ok(names) = in_order(sp.sys, &self.queue) else {
             return false;
         };

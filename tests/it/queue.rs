@@ -105,6 +105,57 @@ fn readers_behind_a_writer_go_before_a_writer_that_came_after_them() {
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 
+/// A reader that finds a read lock takes a number when others are queued, and lets a writer
+/// queued before it go first, although that writer is not yet in the lock: held up in its
+/// `on_wait`, it was left the lock by a release that gave a turn, and a reader took it.
+#[test]
+fn a_reader_lets_a_writer_queued_before_it_go_first_though_not_yet_in_the_lock() {
+    let fx = Fixture::new();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let holder = fx.locks.named_lock(LOCK).acquire().unwrap();
+    let (go, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let writer_served = Arc::clone(&served);
+    std::thread::scope(|s| {
+        // Dropped should the test fail: the writer goes on (no thread is left waiting).
+        let go = go;
+        let writer = s.spawn(|| {
+            let g = fx.locks.named_lock(LOCK).purpose("writer");
+            let g = g.wait(Wait::Forever);
+            let g = g.on_wait(move |_| {
+                let _ = gate.lock().unwrap().recv();
+            });
+            let g = g.acquire().unwrap();
+            writer_served.lock().unwrap().push("writer".to_owned());
+            g.release().unwrap();
+        });
+        assert!(
+            eventually(Duration::from_secs(10), || queued(&fx) == ["writer"]),
+            "the writer never queued"
+        );
+        // The turn is due: the release leaves the lock free, to a reader that reads on.
+        let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
+        let old = std::time::SystemTime::now() - Duration::from_secs(5);
+        let file = std::fs::File::create(&turn).unwrap();
+        file.set_modified(old).unwrap();
+        holder.release().unwrap();
+        let first = fx.locks.named_lock(LOCK).shared().wait(Wait::Forever);
+        let first = first.acquire().unwrap();
+        let late = waiter(s, &fx, "reader", Wait::Forever, &served);
+        assert_eq!(queued(&fx), ["writer", "reader"]);
+        go.send(()).unwrap();
+        first.release().unwrap();
+        writer.join().unwrap();
+        late.join().unwrap().unwrap();
+    });
+    assert_eq!(
+        *served.lock().unwrap(),
+        ["writer", "reader"],
+        "served out of order"
+    );
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
 #[test]
 fn a_waiter_that_gives_up_leaves_its_place_and_nothing_behind() {
     let fx = Fixture::new();

@@ -20,7 +20,7 @@ use std::time::Duration;
 pub(super) const DEFER: Duration = Duration::from_millis(100);
 
 /// Its pause between two looks while it lets a waiter ahead publish.
-const DEFER_PAUSE: Duration = Duration::from_millis(1);
+pub(super) const DEFER_PAUSE: Duration = Duration::from_millis(1);
 
 impl<S: System> Contender<'_, '_, S> {
     /// Before a publish: the lock was handed to us (`Won`), or a live waiter ahead of us may

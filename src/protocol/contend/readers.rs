@@ -2,10 +2,12 @@
 //! (a shared lock is joined without a candidate), its join, its wait behind a writer, and a
 //! writer's entry in the readers' lock while it waits for them.
 
+use super::queued::{DEFER, DEFER_PAUSE};
 use super::{Contender, Evidence, Next};
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::owner::Owner;
+use crate::paths::queue_name;
 use crate::protocol::queue::Ahead;
 use crate::protocol::shared::{self, Intent, Join};
 use crate::protocol::stage::stage;
@@ -18,20 +20,22 @@ impl<S: System> Contender<'_, '_, S> {
     pub(super) fn behind_writer(&mut self) -> Result<Option<Next<S>>, Error> {
         let reads = self.req.options.shared && self.c.as_ref().is_none_or(|c| c.shared);
         // Kept from the last round, or found now: a reader takes no lock, a new one neither
-        // (once the last reader retired the one the writer waits in), while a writer waits; a
-        // queued reader, while a writer queued ahead of it waits.
-        let nobody = FileId { dev: 0, ino: 0 };
-        let found = match (self.behind.take(), &self.ticket) {
-            (Some(behind), _) => Some(behind),
-            (None, _) if !reads => None,
-            (None, Some(ticket)) => match ticket.writer_ahead(self.sp) {
-                Ahead::Nobody => None,
-                Ahead::Writer(entry) => Some((entry, nobody)),
-                Ahead::Unknown => {
-                    shared::waiting_writers(self.sp, self.req.name).map(|w| (w, nobody))
-                }
-            },
-            (None, None) => shared::waiting_writers(self.sp, self.req.name).map(|w| (w, nobody)),
+        // (once the last reader retired the one the writer waits in), while a writer waits. A
+        // queued reader then waits for the nearest writer queued ahead of it; with none, it
+        // goes on, before the writers queued after it.
+        let (sp, name) = (self.sp, self.req.name);
+        let found = match self.behind.take() {
+            Some(behind) => Some(behind),
+            None if !reads => None,
+            None => shared::waiting_writers(sp, name)
+                .and_then(
+                    |writers| match self.ticket.as_ref().map(|t| t.writer_ahead(sp)) {
+                        None | Some(Ahead::Unknown) => Some(writers),
+                        Some(Ahead::Writer(entry)) => Some(entry),
+                        Some(Ahead::Nobody) => None,
+                    },
+                )
+                .map(|dir| (dir, FileId { dev: 0, ino: 0 })),
         };
         let Some((writer, id)) = found else {
             return Ok(None);
@@ -88,12 +92,22 @@ impl<S: System> Contender<'_, '_, S> {
     }
 
     /// A reader found a shared lock: it joins it, or lets the writer waiting in it go first.
+    /// One that finds others queued takes a number first (and looks again), as a writer does
+    /// before it publishes: a writer queued before it may not be in the lock yet.
     pub(super) fn join_readers(
         &mut self,
         dir: S::Dir,
         meta: Meta,
         owner: Owner,
     ) -> Result<Next<S>, Error> {
+        let (sp, name) = (self.sp, self.req.name);
+        let queued = self.ticket.is_none() && sp.sys.meta_at(sp.dir, &queue_name(name)).is_ok();
+        if queued && self.take_a_number()? {
+            return Ok(Next::Again);
+        }
+        if let Some(pause) = self.defer_to_a_writer(meta.id) {
+            return Ok(pause);
+        }
         let ticket = self.ticket.as_ref();
         match shared::join(self.sp, self.req, self.me, dir, meta.id, ticket)? {
             Join::Joined(held) => {
@@ -110,9 +124,32 @@ impl<S: System> Contender<'_, '_, S> {
                 if self.take_a_number()? {
                     return Ok(Next::Again);
                 }
+                // Queued: the nearest writer queued ahead of us, rather than every writer.
+                let writer = match self.ticket.as_ref().map(|t| t.writer_ahead(self.sp)) {
+                    Some(Ahead::Writer(entry)) => entry,
+                    _ => writer,
+                };
                 Ok(self.wait(writer, meta.id, Evidence::Writer, None, false))
             }
         }
+    }
+
+    /// A queued reader that finds the read lock `id` lets a live writer queued ahead of it,
+    /// not yet in that lock, go first for up to [`DEFER`] (as any waiter lets one ahead of it
+    /// take a free lock: one that is stopped or slow is passed): `Some` pause while it does.
+    fn defer_to_a_writer(&mut self, id: FileId) -> Option<Next<S>> {
+        let ticket = self.ticket.as_ref()?;
+        if !matches!(ticket.writer_ahead(self.sp), Ahead::Writer(_)) {
+            return None;
+        }
+        let now = self.sp.sys.monotonic();
+        let since = match self.joining {
+            Some((at, since)) if at == id => since,
+            _ => now,
+        };
+        self.joining = Some((id, since));
+        let defers = now.saturating_sub(since) < DEFER && !self.expired();
+        defers.then_some(Next::Pause(DEFER_PAUSE))
     }
 
     /// A writer about to wait for the readers of the shared lock `id`: its entry there keeps

@@ -721,13 +721,17 @@ MUTANTS = [
      "        if true || self.ticket.is_some() || self.fail_fast {",
      "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
     ("queue-reader-waits-for-writers-behind-it", "src/protocol/contend/readers.rs",
-     "                        Some(Ahead::Nobody) => None,",
-     "                        Some(Ahead::Nobody) => Some(writers),",
+     "            Ahead::Writer(..) | Ahead::Nobody => None,",
+     "            Ahead::Writer(..) | Ahead::Nobody => Some(writers),",
      "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
     ("queue-reader-passes-a-writer-ahead", "src/protocol/queue.rs",
-     "                Some(true) => return keep.pop().map_or(Ahead::Unknown, Ahead::Writer),",
-     "                Some(true) => {}",
+     "        for q in ahead.filter(|q| q.kind != Waiter::Reader) {",
+     "        for q in ahead.filter(|q| q.kind != Waiter::Reader && false) {",
      "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
+    ("queue-reader-waits-for-a-stalled-writer-ahead", "src/protocol/contend/readers.rs",
+     "if shared::waits_in(self.sp, self.req.name, &token) => {",
+     "if token.len() < 9999 || shared::waits_in(self.sp, self.req.name, &token) => {",
+     "it", "queue::a_stalled_writer_ahead_holds_a_reader_back_only_for_a_moment"),
     # (No mutant for `q.number > self.number` in `Ticket::before_writers`: a reader reaches a
     # read lock with a writer queued ahead of it in it only if that writer came in within the
     # reader's one round, after the reader's look for writers: no test or simulated schedule

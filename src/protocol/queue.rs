@@ -134,8 +134,8 @@ pub(crate) struct Ticket<S: System> {
 pub(crate) enum Ahead<D> {
     /// No live writer.
     Nobody,
-    /// A live writer: its entry, open.
-    Writer(D),
+    /// A live writer: its entry, open, and its token.
+    Writer(D, String),
     /// It cannot be told (the queue or an entry cannot be read).
     Unknown,
 }
@@ -280,7 +280,10 @@ impl<S: System> Ticket<S> {
             let mut keep = Vec::new();
             match waits_keeping(sp.sys, &self.queue, q, &mut keep) {
                 Some(false) => {}
-                Some(true) => return keep.pop().map_or(Ahead::Unknown, Ahead::Writer),
+                Some(true) => {
+                    let writer = |entry| Ahead::Writer(entry, q.token.clone());
+                    return keep.pop().map_or(Ahead::Unknown, writer);
+                }
                 None => return Ahead::Unknown,
             }
         }
@@ -369,6 +372,22 @@ pub(crate) fn in_order<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Vec<Que
         .collect();
     entries.sort_by_key(|q| q.number);
     Ok(entries)
+}
+
+/// Whether a live writer (a thread's or a task's entry) waits in `NAME`'s queue, or one cannot
+/// be judged: a reader that finds a read lock takes a number only then (a queue left to
+/// drafts of the dead, or to readers, costs it one listing).
+pub(crate) fn writer_queued<S: System>(sp: &Space<S>, lock: &str) -> bool {
+    let Ok(queue) = sp.sys.open_dir_at(sp.dir, &queue_name(lock)) else {
+        return false;
+    };
+    let Ok(names) = in_order(sp.sys, &queue) else {
+        return true;
+    };
+    let writers = names.iter().filter(|q| q.kind != Waiter::Reader);
+    writers
+        .into_iter()
+        .any(|q| waits(sp.sys, &queue, q) != Some(false))
 }
 
 /// Removes `NAME.queue` when all it holds is its turn file, for the last waiter out that gave

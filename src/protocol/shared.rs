@@ -7,7 +7,8 @@
 //! `flock` on the directory `writers`; while one does, no new reader comes in.
 //!
 //! - **Join** ([`join`]): take the lock directory's shared `flock`, check that `NAME` is still
-//!   that directory, check that no writer waits, put in our entry.
+//!   that directory, check that no writer waits (or, a queued reader, that each one waiting
+//!   is queued after us), put in our entry.
 //! - **Leave** ([`leave`]): let go of the shared `flock`; if the exclusive one is then granted
 //!   (no reader is left, and none can come in while we hold it), retire the lock as an
 //!   exclusive holder does; else take our entry out, and hand the record to another reader if
@@ -149,6 +150,15 @@ pub(crate) fn join<S: System>(
         entry: Some(entry),
         ticket: None,
     })))
+}
+
+/// Whether the writer of token `token` has its entry in the lock at `NAME` (it waits for that
+/// lock's readers).
+pub(crate) fn waits_in<S: System>(sp: &Space<S>, name: &str, token: &str) -> bool {
+    let Ok(lock) = sp.sys.open_dir_at(sp.dir, name) else {
+        return false;
+    };
+    sp.sys.meta_at(&lock, &format!("{WRITER}{token}")).is_ok()
 }
 
 /// The tokens of the writers waiting in the shared lock `lock`: their entries, whose `flock`

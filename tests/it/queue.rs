@@ -156,6 +156,72 @@ fn a_reader_lets_a_writer_queued_before_it_go_first_though_not_yet_in_the_lock()
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 
+/// A queued reader is not held up by a stalled writer queued ahead of it that is not in the
+/// lock, when a writer queued after it waits in the lock: it passes the stalled one after
+/// the bounded deferral, and comes in before the later writer (it once waited on the stalled
+/// writer for good, and the later writer went first).
+#[test]
+fn a_stalled_writer_ahead_holds_a_reader_back_only_for_a_moment() {
+    let fx = Fixture::new();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let holder = fx.locks.named_lock(LOCK).acquire().unwrap();
+    let (go, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    std::thread::scope(|s| {
+        // Dropped should the test fail: the stalled writer goes on.
+        let go = go;
+        let stalled = s.spawn(|| {
+            let g = fx
+                .locks
+                .named_lock(LOCK)
+                .purpose("stalled")
+                .wait(Wait::Forever);
+            let g = g.on_wait(move |_| {
+                let _ = gate.lock().unwrap().recv();
+            });
+            g.acquire().unwrap().release().unwrap();
+        });
+        assert!(eventually(Duration::from_secs(10), || queued(&fx) == ["stalled"]));
+        let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
+        let old = std::time::SystemTime::now() - Duration::from_secs(5);
+        std::fs::File::create(&turn)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        holder.release().unwrap();
+        let first = fx.locks.named_lock(LOCK).shared().wait(Wait::Forever);
+        let first = first.acquire().unwrap();
+        let (sv, fxr) = (Arc::clone(&served), &fx);
+        let reader = s.spawn(move || {
+            let r = fxr.locks.named_lock(LOCK).shared().purpose("reader");
+            let g = r.wait(Wait::Timeout(Duration::from_secs(20))).acquire()?;
+            sv.lock().unwrap().push("reader".to_owned());
+            std::thread::sleep(Duration::from_millis(5));
+            g.release()
+        });
+        let seen = || queued(&fx).contains(&"reader".to_owned());
+        let came = || !served.lock().unwrap().is_empty();
+        assert!(eventually(Duration::from_secs(10), || seen() || came()));
+        let late = waiter(s, &fx, "writer", Wait::Forever, &served);
+        assert!(
+            eventually(Duration::from_secs(10), came),
+            "the reader never came in"
+        );
+        first.release().unwrap();
+        // (The stalled writer is handed the lock now, and goes on.)
+        go.send(()).unwrap();
+        reader.join().unwrap().unwrap();
+        late.join().unwrap().unwrap();
+        stalled.join().unwrap();
+    });
+    assert_eq!(
+        *served.lock().unwrap(),
+        ["reader", "writer"],
+        "served out of order"
+    );
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
 #[test]
 fn a_waiter_that_gives_up_leaves_its_place_and_nothing_behind() {
     let fx = Fixture::new();

@@ -7,8 +7,7 @@ use super::{Contender, Evidence, Next};
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
 use crate::owner::Owner;
-use crate::paths::queue_name;
-use crate::protocol::queue::Ahead;
+use crate::protocol::queue::{self, Ahead};
 use crate::protocol::shared::{self, Intent, Join};
 use crate::protocol::stage::stage;
 use crate::space::{beacon_free, not_found, Seen};
@@ -21,20 +20,18 @@ impl<S: System> Contender<'_, '_, S> {
         let reads = self.req.options.shared && self.c.as_ref().is_none_or(|c| c.shared);
         // Kept from the last round, or found now: a reader takes no lock, a new one neither
         // (once the last reader retired the one the writer waits in), while a writer waits. A
-        // queued reader then waits for the nearest writer queued ahead of it; with none, it
-        // goes on, before the writers queued after it.
+        // queued reader then waits only for the nearest writer queued ahead of it, and only if
+        // that writer waits in the lock; else it goes on (it lets a writer ahead that is not
+        // in the lock go first for a bounded time, as any waiter), before those queued after it.
         let (sp, name) = (self.sp, self.req.name);
         let found = match self.behind.take() {
             Some(behind) => Some(behind),
             None if !reads => None,
             None => shared::waiting_writers(sp, name)
-                .and_then(
-                    |writers| match self.ticket.as_ref().map(|t| t.writer_ahead(sp)) {
-                        None | Some(Ahead::Unknown) => Some(writers),
-                        Some(Ahead::Writer(entry)) => Some(entry),
-                        Some(Ahead::Nobody) => None,
-                    },
-                )
+                .and_then(|writers| match self.ticket.is_some() {
+                    false => Some(writers),
+                    true => self.writer_ahead_in_lock(writers),
+                })
                 .map(|dir| (dir, FileId { dev: 0, ino: 0 })),
         };
         let Some((writer, id)) = found else {
@@ -101,7 +98,7 @@ impl<S: System> Contender<'_, '_, S> {
         owner: Owner,
     ) -> Result<Next<S>, Error> {
         let (sp, name) = (self.sp, self.req.name);
-        let queued = self.ticket.is_none() && sp.sys.meta_at(sp.dir, &queue_name(name)).is_ok();
+        let queued = self.ticket.is_none() && queue::writer_queued(sp, name);
         if queued && self.take_a_number()? {
             return Ok(Next::Again);
         }
@@ -124,13 +121,32 @@ impl<S: System> Contender<'_, '_, S> {
                 if self.take_a_number()? {
                     return Ok(Next::Again);
                 }
-                // Queued: the nearest writer queued ahead of us, rather than every writer.
-                let writer = match self.ticket.as_ref().map(|t| t.writer_ahead(self.sp)) {
-                    Some(Ahead::Writer(entry)) => entry,
-                    _ => writer,
+                // Queued: the nearest writer queued ahead of us, when it waits in the lock; else
+                // the writer that keeps us out is not in the queue: all of them, as unqueued.
+                let writer = match self.ticket.is_some() {
+                    false => Some(writer),
+                    true => self
+                        .writer_ahead_in_lock(writer)
+                        .or_else(|| shared::waiting_writers(self.sp, self.req.name)),
+                };
+                let Some(writer) = writer else {
+                    return self.idle_round();
                 };
                 Ok(self.wait(writer, meta.id, Evidence::Writer, None, false))
             }
+        }
+    }
+
+    /// What a queued reader that finds writers waiting (`writers`, `NAME.writers`) waits for:
+    /// the entry of the nearest writer queued ahead of it, when that writer waits in the lock
+    /// (else `None`: it waits for none of them); `writers` when the queue cannot be read.
+    fn writer_ahead_in_lock(&self, writers: S::Dir) -> Option<S::Dir> {
+        match self.ticket.as_ref()?.writer_ahead(self.sp) {
+            Ahead::Unknown => Some(writers),
+            Ahead::Writer(entry, token) if shared::waits_in(self.sp, self.req.name, &token) => {
+                Some(entry)
+            }
+            Ahead::Writer(..) | Ahead::Nobody => None,
         }
     }
 
@@ -139,7 +155,7 @@ impl<S: System> Contender<'_, '_, S> {
     /// take a free lock: one that is stopped or slow is passed): `Some` pause while it does.
     fn defer_to_a_writer(&mut self, id: FileId) -> Option<Next<S>> {
         let ticket = self.ticket.as_ref()?;
-        if !matches!(ticket.writer_ahead(self.sp), Ahead::Writer(_)) {
+        if !matches!(ticket.writer_ahead(self.sp), Ahead::Writer(..)) {
             return None;
         }
         let now = self.sp.sys.monotonic();

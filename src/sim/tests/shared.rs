@@ -292,6 +292,12 @@ fn regressions_of_shared_locks() {
         (0, 458, true, 0),
         (3, 3, true, 0),
         (2, 4, false, 0),
+        // Moved again when readers took numbers in the queue.
+        (0, 518, true, 1),
+        (0, 1446, true, 1),
+        (3, 43, true, 0),
+        // A reader joining past a waiting writer (the exhaustive case takes minutes).
+        (3, 34, false, 0),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

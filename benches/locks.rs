@@ -34,6 +34,13 @@ fn main() {
     platform::main();
 }
 
+/// Whether to measure: `cargo bench` passes `--bench`; `cargo test --benches` (which builds
+/// and starts every target) does not, and `cargo bench -- --list` asks for a list of tests.
+fn measuring() -> bool {
+    let mut args = std::env::args();
+    args.any(|a| a == "--bench") && !std::env::args().any(|a| a == "--list")
+}
+
 /// `BENCH_QUICK` is set: a short run.
 fn quick() -> bool {
     std::env::var_os("BENCH_QUICK").is_some()

@@ -555,8 +555,8 @@ pub fn main() {
         }
         return;
     }
-    if args.iter().any(|a| a == "--list") {
-        return; // `cargo bench -- --list` asks this (`cargo test --benches` runs every section)
+    if !super::measuring() {
+        return;
     }
     let places = places();
     println!(

@@ -319,6 +319,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             procs: Vec::new(),
             inodes: HashMap::new(),
             next_ino: PARENT + 1,
+            free_numbers: Vec::new(),
             ofds: HashMap::new(),
             next_fd: 3,
             mono: Duration::from_secs(1),
@@ -361,6 +362,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
                 epoch: 0,
                 foreign: false,
                 linked: true,
+                number: PARENT,
             },
         );
         let d = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);

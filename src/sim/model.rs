@@ -26,6 +26,9 @@ pub(crate) struct Inode {
     pub(crate) foreign: bool,
     /// Still linked into the tree (a removed directory lives on while handles are open).
     pub(crate) linked: bool,
+    /// The inode number `fstat` reports: the key in [`State::inodes`], but on FUSE a removed
+    /// directory's number goes to the next directory made (see [`State::unlinked`]).
+    pub(crate) number: Ino,
 }
 
 #[derive(Debug)]
@@ -138,6 +141,8 @@ pub(crate) struct State {
     pub(crate) procs: Vec<Proc>,
     pub(crate) inodes: HashMap<Ino, Inode>,
     pub(crate) next_ino: Ino,
+    /// Numbers of removed directories, the last one freed first (FUSE only).
+    pub(crate) free_numbers: Vec<Ino>,
     pub(crate) ofds: HashMap<u64, Ofd>,
     pub(crate) next_fd: u64,
     pub(crate) mono: Duration,
@@ -160,8 +165,9 @@ pub(crate) struct State {
     /// scenario, not of the protocol).
     pub(crate) victim: usize,
     /// A FUSE filesystem like bindfs: no `RENAME_NOREPLACE` (plain renames, which replace an
-    /// empty directory, verified by the protocol), and `fstat` of a removed directory fails
-    /// with ENOENT (a scheduling point, so that a removal can come between an open and it).
+    /// empty directory, verified by the protocol), `fstat` of a removed directory fails
+    /// with ENOENT (a scheduling point, so that a removal can come between an open and it),
+    /// and a removed directory's inode number goes to the next directory made.
     pub(crate) fuse: bool,
     /// No process-exit watch (as without pidfd): see `Config::no_pidfd`.
     pub(crate) no_pidfd: bool,
@@ -239,47 +245,26 @@ impl State {
         self.lookup(PARENT, LOCKS).unwrap_or(0)
     }
 
-    /// Removes what is in the lock directory (`whole`: and the directory itself), as a temp
-    /// cleaner or `rm -rf` would, unless a lock is published in it. Handles stay open on what
-    /// they named, now unlinked and empty.
-    pub(crate) fn clean(&mut self, whole: bool) -> bool {
-        let d = self.d();
-        let Ok(entries) = self.dir_entries(d) else {
-            return false;
-        };
-        if entries
-            .keys()
-            .any(|n| matches!(classify(n), Entry::Lock(_)))
-        {
-            return false;
-        }
-        if !whole {
-            let inside: Vec<Ino> = self
-                .dir_entries_mut(d)
-                .map(|e| std::mem::take(e).into_values().collect())
-                .unwrap_or_default();
-            self.unlink_trees(inside);
-            self.bump(d);
-            return true;
-        }
-        self.unlink_trees(vec![d]);
-        if let Ok(p) = self.dir_entries_mut(PARENT) {
-            p.remove(LOCKS);
-        }
-        self.replaced = true;
-        true
-    }
-
     /// Unlinks the trees rooted at `doomed`.
     pub(crate) fn unlink_trees(&mut self, mut doomed: Vec<Ino>) {
         while let Some(ino) = doomed.pop() {
             if let Some(Node::Dir(e)) = self.inodes.get_mut(&ino).map(|i| &mut i.node) {
                 doomed.extend(std::mem::take(e).into_values());
             }
-            if let Some(i) = self.inodes.get_mut(&ino) {
-                i.linked = false;
-                i.epoch += 1;
+            self.unlinked(ino);
+            self.bump(ino);
+        }
+    }
+
+    /// Marks `ino` removed from the tree. On FUSE a directory's number is free at once, the
+    /// next directory made gets it (bindfs over ext4 reports the backing numbers, and an open
+    /// handle there does not keep the backing directory).
+    pub(crate) fn unlinked(&mut self, ino: Ino) {
+        if let Some(i) = self.inodes.get_mut(&ino) {
+            if i.linked && self.fuse && matches!(i.node, Node::Dir(_)) {
+                self.free_numbers.push(i.number);
             }
+            i.linked = false;
         }
     }
 
@@ -332,7 +317,10 @@ impl State {
         };
         let nlink = if i.linked { nlink } else { 0 };
         Meta {
-            id: FileId { dev: 1, ino },
+            id: FileId {
+                dev: 1,
+                ino: i.number,
+            },
             kind,
             uid: UID,
             mode: i.mode,
@@ -358,6 +346,10 @@ impl State {
     pub(crate) fn new_inode(&mut self, node: Node, mode: u32, foreign: bool) -> Ino {
         let ino = self.next_ino;
         self.next_ino += 1;
+        let number = match node {
+            Node::Dir(_) => self.free_numbers.pop().unwrap_or(ino),
+            Node::File(_) => ino,
+        };
         let mtime = self.mono;
         self.inodes.insert(
             ino,
@@ -368,6 +360,7 @@ impl State {
                 epoch: 0,
                 foreign,
                 linked: true,
+                number,
             },
         );
         ino

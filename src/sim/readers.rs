@@ -368,7 +368,7 @@ pub(crate) fn reading(sys: &SimSys) -> Vec<(usize, usize)> {
     sys.world.lock().live_readers()
 }
 
-/// I12, at a reader's release: if the lock it read (inode `lock`) is still there, shared,
+/// I12, at a reader's release: if the lock it read (inode number `lock`) is still there, shared,
 /// and read by others that read `before` it began to leave, its record no longer names this
 /// reader (`token`). (A reader that came in meanwhile may have been between its shared `flock`
 /// and its entry's when the leaving one looked, where no one can see it: the record then names
@@ -376,9 +376,10 @@ pub(crate) fn reading(sys: &SimSys) -> Vec<(usize, usize)> {
 /// allows.)
 pub(crate) fn handed_over(sys: &SimSys, lock: Ino, token: &str, before: &[(usize, usize)]) {
     let mut st = sys.world.lock();
-    if st.lookup(st.d(), LOCK).ok() != Some(lock)
-        || st.record(lock).is_none_or(|o| o.token != token)
-    {
+    let Ok(at) = st.lookup(st.d(), LOCK) else {
+        return;
+    };
+    if st.meta(at).id.ino != lock || st.record(at).is_none_or(|o| o.token != token) {
         return;
     }
     let still = st.live_readers().into_iter().find(|r| before.contains(r));

@@ -458,3 +458,36 @@ pub(crate) fn leave(sys: &SimSys) {
     st.inside.retain(|s| *s != me);
     st.trace.push(format!("p{}.{} LEAVE", me.0, me.1));
 }
+
+impl State {
+    /// Removes what is in the lock directory (`whole`: and the directory itself), as a temp
+    /// cleaner or `rm -rf` would, unless a lock is published in it. Handles stay open on what
+    /// they named, now unlinked and empty.
+    pub(crate) fn clean(&mut self, whole: bool) -> bool {
+        let d = self.d();
+        let Ok(entries) = self.dir_entries(d) else {
+            return false;
+        };
+        if entries
+            .keys()
+            .any(|n| matches!(classify(n), Entry::Lock(_)))
+        {
+            return false;
+        }
+        if !whole {
+            let inside: Vec<Ino> = self
+                .dir_entries_mut(d)
+                .map(|e| std::mem::take(e).into_values().collect())
+                .unwrap_or_default();
+            self.unlink_trees(inside);
+            self.bump(d);
+            return true;
+        }
+        self.unlink_trees(vec![d]);
+        if let Ok(p) = self.dir_entries_mut(PARENT) {
+            p.remove(LOCKS);
+        }
+        self.replaced = true;
+        true
+    }
+}

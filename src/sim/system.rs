@@ -319,6 +319,7 @@ impl System for SimSys {
                         "I3: p{slot} replaced the directory at {to} by renaming over it"
                     ));
                 }
+                st.unlinked(dst);
                 st.inodes.remove(&dst);
             }
             if let Entry::Lock(lock) = classify(from) {
@@ -420,9 +421,7 @@ impl System for SimSys {
                 ));
             }
             st.dir_entries_mut(dir)?.remove(name);
-            if let Some(i) = st.inodes.get_mut(&ino) {
-                i.linked = false;
-            }
+            st.unlinked(ino);
             st.bump(ino);
             st.touch(dir);
             Ok(())

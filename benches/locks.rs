@@ -37,8 +37,8 @@ fn main() {
 /// Whether to measure: `cargo bench` passes `--bench`; `cargo test --benches` (which builds
 /// and starts every target) does not, and `cargo bench -- --list` asks for a list of tests.
 fn measuring() -> bool {
-    let mut args = std::env::args();
-    args.any(|a| a == "--bench") && !std::env::args().any(|a| a == "--list")
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--list")
 }
 
 /// `BENCH_QUICK` is set: a short run.

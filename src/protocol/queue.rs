@@ -384,9 +384,9 @@ pub(crate) fn writer_queued<S: System>(sp: &Space<S>, lock: &str) -> bool {
     let Ok(names) = in_order(sp.sys, &queue) else {
         return true;
     };
-    let writers = names.iter().filter(|q| q.kind != Waiter::Reader);
-    writers
-        .into_iter()
+    names
+        .iter()
+        .filter(|q| q.kind != Waiter::Reader)
         .any(|q| waits(sp.sys, &queue, q) != Some(false))
 }
 

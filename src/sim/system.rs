@@ -358,8 +358,8 @@ impl System for SimSys {
                 }
                 if !st.ofds.values().any(|o| o.ino == dst) {
                     st.inodes.remove(&dst);
-                } else if let Some(i) = st.inodes.get_mut(&dst) {
-                    i.linked = false;
+                } else {
+                    st.unlinked(dst);
                 }
             }
             let entries = st.dir_entries_mut(dir)?;
@@ -394,9 +394,7 @@ impl System for SimSys {
             }
             st.dir_entries_mut(dir)?.remove(name);
             if st.ofds.values().any(|o| o.ino == ino) {
-                if let Some(i) = st.inodes.get_mut(&ino) {
-                    i.linked = false; // still open (a file guard retired while held)
-                }
+                st.unlinked(ino); // still open (a file guard retired while held)
             } else {
                 st.inodes.remove(&ino);
             }

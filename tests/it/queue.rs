@@ -53,6 +53,19 @@ fn waiter<'s>(
     handle
 }
 
+/// Dates the queue's turn file `age` back (making it if there is none), as if that long had
+/// passed since the last turn: the next release gives one if `age` is past the turn's period.
+fn date_turn(fx: &Fixture, age: Duration) {
+    let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
+    let file = std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(turn);
+    let old = std::time::SystemTime::now() - age;
+    file.unwrap().set_modified(old).unwrap();
+}
+
 /// `n` waiters queue, one after another, behind a holder that then releases: `status` lists
 /// them as they came, and they are served in that order.
 fn served_in_turn(fx: &Fixture, n: usize) {
@@ -134,10 +147,7 @@ fn a_reader_lets_a_writer_queued_before_it_go_first_though_not_yet_in_the_lock()
             "the writer never queued"
         );
         // The turn is due: the release leaves the lock free, to a reader that reads on.
-        let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
-        let old = std::time::SystemTime::now() - Duration::from_secs(5);
-        let file = std::fs::File::create(&turn).unwrap();
-        file.set_modified(old).unwrap();
+        date_turn(&fx, Duration::from_secs(5));
         holder.release().unwrap();
         let first = fx.locks.named_lock(LOCK).shared().wait(Wait::Forever);
         let first = first.acquire().unwrap();
@@ -182,12 +192,7 @@ fn a_stalled_writer_ahead_holds_a_reader_back_only_for_a_moment() {
             g.acquire().unwrap().release().unwrap();
         });
         assert!(eventually(Duration::from_secs(10), || queued(&fx) == ["stalled"]));
-        let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
-        let old = std::time::SystemTime::now() - Duration::from_secs(5);
-        std::fs::File::create(&turn)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        date_turn(&fx, Duration::from_secs(5));
         holder.release().unwrap();
         let first = fx.locks.named_lock(LOCK).shared().wait(Wait::Forever);
         let first = first.acquire().unwrap();
@@ -282,11 +287,7 @@ fn a_turn_file_kept_fresh_holds_no_waiter_back_for_good() {
         let w = waiter(s, &fx, "waiter", Wait::Forever, &served);
         // An hour old: the release leaves the lock free instead of handing it over (and makes
         // the file anew); from then on it is dated now, again and again.
-        let old = std::time::SystemTime::now() - Duration::from_secs(3600);
-        std::fs::File::create(&turn)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        date_turn(&fx, Duration::from_secs(3600));
         held.release().unwrap();
         s.spawn(|| {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
@@ -474,13 +475,7 @@ fn only_a_turn_given_is_marked_as_one() {
             given
         });
         assert!(eventually(Duration::from_secs(10), || queued(fx).len() > before));
-        let old = std::time::SystemTime::now() - Duration::from_secs(5);
-        std::fs::File::options()
-            .write(true)
-            .open(turn)
-            .unwrap()
-            .set_modified(old)
-            .unwrap();
+        date_turn(fx, Duration::from_secs(5));
         tx.send(()).unwrap();
         w1.join().unwrap();
         assert_eq!(w2.join().unwrap(), b"given\n", "a turn given");

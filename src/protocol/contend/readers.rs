@@ -28,10 +28,7 @@ impl<S: System> Contender<'_, '_, S> {
             Some(behind) => Some(behind),
             None if !reads => None,
             None => shared::waiting_writers(sp, name)
-                .and_then(|writers| match self.ticket.is_some() {
-                    false => Some(writers),
-                    true => self.writer_ahead_in_lock(writers),
-                })
+                .and_then(|writers| self.waits_for(writers))
                 .map(|dir| (dir, FileId { dev: 0, ino: 0 })),
         };
         let Some((writer, id)) = found else {
@@ -121,14 +118,11 @@ impl<S: System> Contender<'_, '_, S> {
                 if self.take_a_number()? {
                     return Ok(Next::Again);
                 }
-                // Queued: the nearest writer queued ahead of us, when it waits in the lock; else
-                // the writer that keeps us out is not in the queue: all of them, as unqueued.
-                let writer = match self.ticket.is_some() {
-                    false => Some(writer),
-                    true => self
-                        .writer_ahead_in_lock(writer)
-                        .or_else(|| shared::waiting_writers(self.sp, self.req.name)),
-                };
+                // Queued and waiting for none of them: the writer that keeps us out is not in
+                // the queue, so all of them, as unqueued.
+                let writer = self
+                    .waits_for(writer)
+                    .or_else(|| shared::waiting_writers(self.sp, self.req.name));
                 let Some(writer) = writer else {
                     return self.idle_round();
                 };
@@ -137,11 +131,15 @@ impl<S: System> Contender<'_, '_, S> {
         }
     }
 
-    /// What a queued reader that finds writers waiting (`writers`, `NAME.writers`) waits for:
-    /// the entry of the nearest writer queued ahead of it, when that writer waits in the lock
-    /// (else `None`: it waits for none of them); `writers` when the queue cannot be read.
-    fn writer_ahead_in_lock(&self, writers: S::Dir) -> Option<S::Dir> {
-        match self.ticket.as_ref()?.writer_ahead(self.sp) {
+    /// What a reader that finds writers waiting (`writers`, `NAME.writers`) waits for: all of
+    /// them (`writers`) unless it is queued; queued, the entry of the nearest writer queued
+    /// ahead of it, when that writer waits in the lock (else `None`: it waits for none of
+    /// them), and `writers` when the queue cannot be read.
+    fn waits_for(&self, writers: S::Dir) -> Option<S::Dir> {
+        let Some(ticket) = self.ticket.as_ref() else {
+            return Some(writers);
+        };
+        match ticket.writer_ahead(self.sp) {
             Ahead::Unknown => Some(writers),
             Ahead::Writer(entry, token) if shared::waits_in(self.sp, self.req.name, &token) => {
                 Some(entry)

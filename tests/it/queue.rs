@@ -33,6 +33,18 @@ fn waiter<'s>(
     wait: Wait,
     served: &'s Arc<Mutex<Vec<String>>>,
 ) -> std::thread::ScopedJoinHandle<'s, Result<(), Error>> {
+    waiter_holding(s, fx, purpose, wait, served, Duration::from_millis(5))
+}
+
+/// [`waiter`], holding the lock for `hold`.
+fn waiter_holding<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    fx: &'s Fixture,
+    purpose: &str,
+    wait: Wait,
+    served: &'s Arc<Mutex<Vec<String>>>,
+    hold: Duration,
+) -> std::thread::ScopedJoinHandle<'s, Result<(), Error>> {
     let before = queued(fx).len();
     let p = purpose.to_owned();
     let handle = s.spawn(move || {
@@ -43,7 +55,7 @@ fn waiter<'s>(
         };
         let g = request.acquire()?;
         served.lock().unwrap().push(p);
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(hold);
         g.release()
     });
     assert!(
@@ -94,7 +106,10 @@ fn waiters_are_served_in_the_order_they_came_and_status_lists_them_so() {
 }
 
 /// Readers that wait behind a writer take their places in the queue (`status` lists them):
-/// they come in after that writer, together, and before a writer that came after them.
+/// they come in after that writer, together, and before a writer that came after them. That
+/// later writer keeps readers out (`NAME.writers`) while the first one holds the lock, which it
+/// holds long enough for the readers to wait for it as a holder: when it is done, they look
+/// for waiting writers afresh, and must not wait for one queued after them.
 #[test]
 fn readers_behind_a_writer_go_before_a_writer_that_came_after_them() {
     let fx = Fixture::new();
@@ -104,7 +119,10 @@ fn readers_behind_a_writer_go_before_a_writer_that_came_after_them() {
     std::thread::scope(|s| {
         let handles: Vec<_> = names
             .iter()
-            .map(|p| waiter(s, &fx, p, Wait::Forever, &served))
+            .map(|p| {
+                let hold = Duration::from_millis(if p == "writer 1" { 300 } else { 5 });
+                waiter_holding(s, &fx, p, Wait::Forever, &served, hold)
+            })
             .collect();
         assert_eq!(queued(&fx), names, "status lists the waiters as they came");
         held.release().unwrap();

@@ -148,12 +148,19 @@ fn retire_checked_own<S: System>(
         // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
         // first): if our own directory is unlinked, what we retired was ours.
         Err(e) if e.kind() == io::ErrorKind::NotFound && sp.sys.unlinked(&held.beacon) => {}
-        _ => {
-            // Not ours after all: put it back where it was, never over anything.
+        found => {
+            // Not ours after all, or it cannot be told: put it back where it was, never over
+            // anything (another's lock retired would let a third in beside its holder; ours
+            // put back is taken over by the next taker, its beacon free).
             let _ = sp.sys.rename_noreplace(sp.dir, &tomb, from);
-            return Err(lost(
-                "another owner's lock was in its place at the moment of release",
-            ));
+            return Err(match found {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => sp.io(
+                    "tell whether it released its own lock (put back for the next taker to take over) at",
+                    from,
+                    e,
+                ),
+                _ => lost("another owner's lock was in its place at the moment of release"),
+            });
         }
     }
     // Reap: empty the tombstone through our handle (a shared lock's last reader's entry

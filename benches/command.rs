@@ -4,8 +4,9 @@
 //! median of the pairs' ratios (a pair's two runs see the same machine).
 //!
 //! The command is the workspace's release build (`cargo build --release -p dirlock-cli` at the
-//! top, in `CARGO_TARGET_DIR` if set), or the binary `DIRLOCK_BIN` names; `flock` is
-//! util-linux's. Both `flock` and `true` are found on `PATH` once, and every run starts them by
+//! top, in `CARGO_TARGET_DIR` if set), or the binary `DIRLOCK_BIN` names; and, on Linux, the
+//! static build beside it when there is one (`cargo build --release -p dirlock-cli --target
+//! x86_64-unknown-linux-musl`). `flock` is util-linux's. Both `flock` and `true` are found on `PATH` once, and every run starts them by
 //! absolute path, as it does `dirlock`: no side pays for a search of `PATH` at each start.
 
 use std::ffi::OsStr;
@@ -15,18 +16,28 @@ use std::time::{Instant, SystemTime};
 
 use super::{median, quick};
 
+/// The workspace's target directory.
+fn target_dir() -> PathBuf {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(target) => top.join(target),
+        None => top.join("target"),
+    }
+}
+
 /// The `dirlock` binary to time, if it is there.
 fn binary() -> Option<PathBuf> {
-    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let bin = match (
-        std::env::var_os("DIRLOCK_BIN"),
-        std::env::var_os("CARGO_TARGET_DIR"),
-    ) {
-        (Some(bin), _) => PathBuf::from(bin),
-        (None, Some(target)) => top.join(target).join("release/dirlock"),
-        (None, None) => top.join("target/release/dirlock"),
+    let bin = match std::env::var_os("DIRLOCK_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => target_dir().join("release/dirlock"),
     };
     bin.is_file().then_some(bin)
+}
+
+/// The static (musl) build for Linux on x86-64, if it is there.
+fn static_binary() -> Option<PathBuf> {
+    let bin = target_dir().join("x86_64-unknown-linux-musl/release/dirlock");
+    (cfg!(all(target_os = "linux", target_arch = "x86_64")) && bin.is_file()).then_some(bin)
 }
 
 /// The newest modification time of the files under `dir` (the sources a build is from).
@@ -85,33 +96,50 @@ pub fn run(places: &[(&str, &Path)]) {
         println!("skipped: build the command first (`cargo build --release -p dirlock-cli` at the top), or name it in DIRLOCK_BIN");
         return;
     };
-    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let built = std::fs::metadata(&bin).and_then(|m| m.modified());
-    if built.is_ok_and(|b| b < newest(&top.join("src")).max(newest(&top.join("cli/src")))) {
-        println!("(the binary is older than the sources: `cargo build --release -p dirlock-cli` times what they say)");
-    }
     let (Some(flock), Some(t)) = (on_path("flock"), on_path("true")) else {
         println!("skipped: no `flock` (util-linux) or no `true` on PATH");
         return;
     };
+    let mut builds = vec![("", bin)];
+    match static_binary() {
+        Some(s) => builds.push((" (static build)", s)),
+        None if cfg!(all(target_os = "linux", target_arch = "x86_64")) => println!(
+            "(`cargo build --release -p dirlock-cli --target x86_64-unknown-linux-musl` at the top adds the static build)\n"
+        ),
+        None => {}
+    }
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let sources = newest(&top.join("src")).max(newest(&top.join("cli/src")));
+    for (_, bin) in &builds {
+        let built = std::fs::metadata(bin).and_then(|m| m.modified());
+        if built.is_ok_and(|b| b < sources) {
+            println!(
+                "({} is older than the sources: rebuild it to time what they say)\n",
+                bin.display()
+            );
+        }
+    }
     let runs = if quick() { 30 } else { 300 };
-    let (bin, t) = (bin.as_os_str(), t.as_os_str());
+    let t = t.as_os_str();
     println!(
         "| | dirlock (µs) | the other (µs) | ratio of the pairs |\n| --- | ---: | ---: | ---: |"
     );
-    let (a, b, r) = paired(&[bin, "--version".as_ref()], &[t], runs);
-    println!("| `dirlock --version` against `true` | {a:.0} | {b:.0} | {r:.2} |");
-    for (name, dir) in places {
-        let (lock, file) = (dir.join("cmd"), dir.join("cmd.flock"));
-        let run: [&OsStr; 6] = [
-            bin,
-            "run".as_ref(),
-            "--lock".as_ref(),
-            lock.as_os_str(),
-            "--".as_ref(),
-            t,
-        ];
-        let (a, b, r) = paired(&run, &[flock.as_os_str(), file.as_os_str(), t], runs);
-        println!("| `dirlock run --lock X -- true` against `flock F true`, {name} | {a:.0} | {b:.0} | {r:.2} |");
+    for (build, bin) in &builds {
+        let bin = bin.as_os_str();
+        let (a, b, r) = paired(&[bin, "--version".as_ref()], &[t], runs);
+        println!("| `dirlock --version`{build} against `true` | {a:.0} | {b:.0} | {r:.2} |");
+        for (name, dir) in places {
+            let (lock, file) = (dir.join("cmd"), dir.join("cmd.flock"));
+            let run: [&OsStr; 6] = [
+                bin,
+                "run".as_ref(),
+                "--lock".as_ref(),
+                lock.as_os_str(),
+                "--".as_ref(),
+                t,
+            ];
+            let (a, b, r) = paired(&run, &[flock.as_os_str(), file.as_os_str(), t], runs);
+            println!("| `dirlock run --lock X -- true`{build} against `flock F true`, {name} | {a:.0} | {b:.0} | {r:.2} |");
+        }
     }
 }

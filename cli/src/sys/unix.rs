@@ -397,6 +397,10 @@ pub fn shell(script: &str) -> std::process::Command {
     clippy::useless_conversion,
     reason = "time_t is 64 bits here, 32 on some targets"
 )]
+#[allow(
+    deprecated,
+    reason = "the libc crate marks musl's time_t for a change of width; try_into fits either"
+)]
 pub fn local_time(secs: i64) -> Option<(i64, u32, u32, u32, u32, u32)> {
     let t: libc::time_t = secs.try_into().ok()?;
     // SAFETY: an all-zero `tm` is a valid value (integers, and a null zone name pointer that

@@ -9,7 +9,7 @@ use crate::liveness::{judge, Judgement, Probe};
 use crate::options::Backoff;
 use crate::owner::Owner;
 use crate::paths::{OWNER_FILE, OWNER_LIMIT};
-use crate::sys::{is, Errno, Identity, Kind, Meta, System};
+use crate::sys::{gone, is, Errno, Identity, Kind, Meta, System};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -186,8 +186,9 @@ impl<S: System> Space<'_, S> {
         };
         let meta = match self.sys.meta(&dir) {
             Ok(m) => m,
-            // Some FUSE filesystems answer fstat of a moved directory with ENOENT.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Seen::Gone),
+            // Some FUSE filesystems answer fstat of a moved directory with ENOENT, NFS that of
+            // a removed one with ESTALE.
+            Err(e) if gone(&e) => return Ok(Seen::Gone),
             Err(e) => return Err(self.io("inspect the lock", name, e)),
         };
         let problem = match self.private_problem(&meta, "the lock directory") {
@@ -220,7 +221,7 @@ impl<S: System> Space<'_, S> {
         match self.sys.meta_at(self.dir, name) {
             Ok(now) if now.id == meta.id => match self.sys.meta(&dir) {
                 Ok(m) if m.nlink == 0 => Ok(Seen::Gone),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
+                Err(e) if gone(&e) => Ok(Seen::Gone),
                 Err(e) => Err(self.io("inspect the lock", name, e)),
                 Ok(_) => match problem {
                     Unreadable::Malformed(problem)

@@ -250,12 +250,12 @@ pub trait System: Clock {
     fn mkdir_at(&self, at: &Self::Dir, name: &str) -> io::Result<()>;
     /// `fstat` of an open directory.
     fn meta(&self, dir: &Self::Dir) -> io::Result<Meta>;
-    /// Whether the open directory `dir` was removed (its link count is 0; some FUSE
-    /// filesystems answer `fstat` of a removed directory with `ENOENT` instead).
+    /// Whether the open directory `dir` was removed (its link count is 0, or `fstat` says it
+    /// is [`gone`]).
     fn unlinked(&self, dir: &Self::Dir) -> bool {
         match self.meta(dir) {
             Ok(m) => m.nlink == 0,
-            Err(e) => e.kind() == io::ErrorKind::NotFound,
+            Err(e) => gone(&e),
         }
     }
     /// `fstatat(.., AT_SYMLINK_NOFOLLOW)`.
@@ -455,6 +455,16 @@ pub enum Errno {
     Loop,
     /// `ENOLCK`, `EOPNOTSUPP` or `ENOSYS` from `flock`: the filesystem has no such locks.
     LockUnsupported,
+}
+
+/// Whether `e`, from `fstat` of an open directory, says the directory no longer exists:
+/// `ENOENT` (some FUSE filesystems answer so for a removed directory) or `ESTALE` (NFS: removed
+/// on the server, by another client or another process).
+pub(crate) fn gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::StaleNetworkFileHandle
+    )
 }
 
 /// Whether `e` is the error `which`.

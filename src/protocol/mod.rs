@@ -114,6 +114,48 @@ fn hand_over_or_retire<S: System>(
     (handed, retired)
 }
 
+/// Whether `tomb`, where our lock (at `from`) was just renamed, is that lock, ours to reap
+/// (`Ok(true)`). Not ours, or it cannot be told: it goes back to `from`, never over anything
+/// (another's lock left retired would let a third in beside its holder; ours put back is
+/// taken over by the next taker, its beacon free), and the release fails. Handed over
+/// (`handed`), the lock is the waiter's, and only our old lock was ever at `from` (a
+/// candidate's name is its token's, used once): a check that cannot tell leaves it retired
+/// for a sweep, and the release stands (`Ok(false)`).
+fn retired_own<S: System>(
+    sp: &Space<S>,
+    held: &Held<S>,
+    tomb: &str,
+    from: &str,
+    handed: bool,
+    lost: impl Fn(&str) -> Error,
+) -> Result<bool, Error> {
+    let found = sp.sys.meta_at(sp.dir, tomb);
+    match &found {
+        Ok(m) if m.id == held.id => return Ok(true),
+        // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
+        // first): if our own directory is unlinked, what we retired was ours.
+        Err(e) if e.kind() == io::ErrorKind::NotFound && sp.sys.unlinked(&held.beacon) => {
+            return Ok(true)
+        }
+        Err(e) if e.kind() != io::ErrorKind::NotFound && handed => return Ok(false),
+        _ => {}
+    }
+    let back = sp.sys.rename_noreplace(sp.dir, tomb, from).is_ok();
+    Err(match found {
+        Err(e) if e.kind() != io::ErrorKind::NotFound && back => sp.io(
+            "tell whether the lock this process released was its own; the lock is back in place, for the next taker to take over, at",
+            from,
+            e,
+        ),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => sp.io(
+            "tell whether the lock this process released was its own; that lock is left retired at",
+            tomb,
+            e,
+        ),
+        _ => lost("another owner's lock was in its place at the moment of release"),
+    })
+}
+
 /// Release proper, once [`check_held`] found `NAME` ours: hand it over or retire it (see
 /// [`hand_over_or_retire`]), check the tombstone, reap. (A shared lock's last reader, holding
 /// its exclusive `flock`, too.)
@@ -143,25 +185,8 @@ fn retire_checked_own<S: System>(
         }
         Err(e) => return Err(sp.io("retire the lock", name, e)),
     }
-    match sp.sys.meta_at(sp.dir, &tomb) {
-        Ok(m) if m.id == held.id => {}
-        // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
-        // first): if our own directory is unlinked, what we retired was ours.
-        Err(e) if e.kind() == io::ErrorKind::NotFound && sp.sys.unlinked(&held.beacon) => {}
-        found => {
-            // Not ours after all, or it cannot be told: put it back where it was, never over
-            // anything (another's lock retired would let a third in beside its holder; ours
-            // put back is taken over by the next taker, its beacon free).
-            let _ = sp.sys.rename_noreplace(sp.dir, &tomb, from);
-            return Err(match found {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => sp.io(
-                    "tell whether it released its own lock (put back for the next taker to take over) at",
-                    from,
-                    e,
-                ),
-                _ => lost("another owner's lock was in its place at the moment of release"),
-            });
-        }
+    if !retired_own(sp, &held, &tomb, from, handed.is_some(), lost)? {
+        return Ok(());
     }
     // Reap: empty the tombstone through our handle (a shared lock's last reader's entry
     // too), drop the beacon, remove the directory; then close the previous holder's directory

@@ -4,11 +4,12 @@
 //! acquisition or a sweep cannot handle, and a lock that works again once the fault is gone.
 
 use crate::common::*;
-use crate::BIN;
+use crate::{dirlock_in, BIN};
 use dirlock::{Error, Locks};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 /// A tmpfs mounted on a private directory, unmounted on drop.
 pub(crate) struct Tmpfs {
@@ -437,4 +438,89 @@ fn a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error() {
     }
     assert!(hit > 0, "no fault reached the lock's directory");
     holder.release();
+}
+
+/// A release whose check of the lock it retired fails (EIO, injected at each `newfstatat` in
+/// turn of a holder that a waiter queued behind): handed over, the release stands (the
+/// waiter wakes holding the lock; the holder's old lock is left retired, a sweep's), and
+/// both runs succeed. It was a failure of the holder's run, naming the waiter's candidate.
+#[test]
+fn a_release_that_cannot_check_what_it_handed_over_still_succeeds() {
+    if lacks(
+        "faults::a_release_that_cannot_check_what_it_handed_over_still_succeeds",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("trace");
+    let mut hit = None;
+    for when in 1..=32 {
+        // A directory of its own: what a fault left is not the next run's.
+        let dir = tmp.path().join(format!("locks-{when}"));
+        let (lock, queue) = (dir.join("f.lock"), dir.join("f.lock.queue"));
+        let mut holder = ChildGuard::spawn(
+            Command::new("strace")
+                .args(["-qq", "-o"])
+                .arg(&log)
+                .args(["-e", "trace=newfstatat", "-e"])
+                .arg(format!("inject=newfstatat:error=EIO:when={when}"))
+                .args([BIN, "run", "--dir"])
+                .arg(&dir)
+                .args(["--lock", "f.lock", "--", "sleep", "0.5"])
+                .env_remove("LD_LIBRARY_PATH")
+                .stderr(std::process::Stdio::piped()),
+        );
+        let up = || lock.exists() || holder.0.try_wait().is_ok_and(|s| s.is_some());
+        if !eventually(Duration::from_secs(10), up) || !lock.exists() {
+            let _ = holder.output();
+            continue; // the fault ended the holder's run before it took the lock
+        }
+        let mut waiter = ChildGuard::spawn(
+            dirlock_in(&dir, &["run", "--lock", "f.lock", "--", "true"])
+                .stderr(std::process::Stdio::piped()),
+        );
+        let queued = || {
+            std::fs::read_dir(&queue).is_ok_and(|d| {
+                d.flatten().any(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(char::is_numeric)
+                })
+            })
+        };
+        assert!(
+            eventually(Duration::from_secs(10), queued),
+            "EIO#{when}: the waiter never queued"
+        );
+        let (held, waited) = (holder.output(), waiter.output());
+        let trace = std::fs::read_to_string(&log).unwrap();
+        let at_check = trace
+            .lines()
+            .any(|l| l.contains("(INJECTED)") && l.contains(".tombstone."));
+        if at_check {
+            hit = Some(dir);
+            assert!(
+                held.status.success() && waited.status.success(),
+                "EIO#{when} at the check of the retired lock: holder {} ({}), waiter {} ({})",
+                held.status,
+                String::from_utf8_lossy(&held.stderr),
+                waited.status,
+                String::from_utf8_lossy(&waited.stderr),
+            );
+            break;
+        }
+    }
+    let dir = hit.expect("no fault reached the check of the retired lock");
+    // What the fault left is a sweep's.
+    let out = dirlock_in(&dir, &["sweep", "--grace", "0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let left: Vec<String> = entries(&dir)
+        .into_iter()
+        .filter(|n| n.starts_with("f.lock."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }

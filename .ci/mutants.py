@@ -890,8 +890,21 @@ def run_timed(target, tests, env, timeout, tmp, log, private):
     return how
 
 
+def stop_wine():
+    """Stops the Wine server (and its services) that the Windows mutants' tests started."""
+    env = cargo_target("win-lib")[1]
+    subprocess.run(["/usr/lib/wine/wineserver", "-k"], env=env, stderr=subprocess.DEVNULL)
+
+
 def main():
-    only = set(sys.argv[1:])
+    try:
+        mutate(set(sys.argv[1:]))
+    finally:
+        if wine_ready():
+            stop_wine()
+
+
+def mutate(only):
     survived = []
     for name, path, old, new, binary, test in MUTANTS:
         if only and name not in only:

@@ -858,6 +858,11 @@ def run_test(target, tests, env, timeout):
         return how, log.read()
     finally:
         log.close()
+        if "WINEPREFIX" in env:
+            # The Wine server the test started, and its services: found through the
+            # test's TMPDIR, where its socket is, so before that goes.
+            subprocess.run(["/usr/lib/wine/wineserver", "-k"], env={**env, "TMPDIR": tmp},
+                           stderr=subprocess.DEVNULL)
         shutil.rmtree(tmp, ignore_errors=True)
         for entry in set(os.listdir("/dev/shm")) - shm_before if shm_before else ():
             path = os.path.join("/dev/shm", entry)
@@ -890,21 +895,8 @@ def run_timed(target, tests, env, timeout, tmp, log, private):
     return how
 
 
-def stop_wine():
-    """Stops the Wine server (and its services) that the Windows mutants' tests started."""
-    env = cargo_target("win-lib")[1]
-    subprocess.run(["/usr/lib/wine/wineserver", "-k"], env=env, stderr=subprocess.DEVNULL)
-
-
 def main():
-    try:
-        mutate(set(sys.argv[1:]))
-    finally:
-        if wine_ready():
-            stop_wine()
-
-
-def mutate(only):
+    only = set(sys.argv[1:])
     survived = []
     for name, path, old, new, binary, test in MUTANTS:
         if only and name not in only:

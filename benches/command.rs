@@ -34,10 +34,13 @@ fn binary() -> Option<PathBuf> {
     bin.is_file().then_some(bin)
 }
 
-/// The static (musl) build for Linux on x86-64, if it is there.
+/// Whether there is a static (musl) build to time: Linux on x86-64.
+const STATIC: bool = cfg!(all(target_os = "linux", target_arch = "x86_64"));
+
+/// The static build, if it is there.
 fn static_binary() -> Option<PathBuf> {
     let bin = target_dir().join("x86_64-unknown-linux-musl/release/dirlock");
-    (cfg!(all(target_os = "linux", target_arch = "x86_64")) && bin.is_file()).then_some(bin)
+    (STATIC && bin.is_file()).then_some(bin)
 }
 
 /// The newest modification time of the files under `dir` (the sources a build is from).
@@ -103,7 +106,7 @@ pub fn run(places: &[(&str, &Path)]) {
     let mut builds = vec![("", bin)];
     match static_binary() {
         Some(s) => builds.push((" (static build)", s)),
-        None if cfg!(all(target_os = "linux", target_arch = "x86_64")) => println!(
+        None if STATIC => println!(
             "(`cargo build --release -p dirlock-cli --target x86_64-unknown-linux-musl` at the top adds the static build)\n"
         ),
         None => {}

@@ -130,28 +130,31 @@ fn retired_own<S: System>(
     lost: impl Fn(&str) -> Error,
 ) -> Result<bool, Error> {
     let found = sp.sys.meta_at(sp.dir, tomb);
-    match &found {
-        Ok(m) if m.id == held.id => return Ok(true),
+    let ours = match &found {
+        Ok(m) => m.id == held.id,
         // Already reaped (tombstones are anyone's to delete, at any time: a sweep got there
         // first): if our own directory is unlinked, what we retired was ours.
-        Err(e) if e.kind() == io::ErrorKind::NotFound && sp.sys.unlinked(&held.beacon) => {
-            return Ok(true)
-        }
-        Err(e) if e.kind() != io::ErrorKind::NotFound && handed => return Ok(false),
-        _ => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => sp.sys.unlinked(&held.beacon),
+        Err(_) if handed => return Ok(false),
+        Err(_) => false,
+    };
+    if ours {
+        return Ok(true);
     }
     let back = sp.sys.rename_noreplace(sp.dir, tomb, from).is_ok();
     Err(match found {
-        Err(e) if e.kind() != io::ErrorKind::NotFound && back => sp.io(
-            "tell whether the lock this process released was its own; the lock is back in place, for the next taker to take over, at",
-            from,
-            e,
-        ),
-        Err(e) if e.kind() != io::ErrorKind::NotFound => sp.io(
-            "tell whether the lock this process released was its own; that lock is left retired at",
-            tomb,
-            e,
-        ),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => match back {
+            true => sp.io(
+                "tell whether the lock this process released was its own; the lock is back in place, for the next taker to take over, at",
+                from,
+                e,
+            ),
+            false => sp.io(
+                "tell whether the lock this process released was its own; that lock is left retired at",
+                tomb,
+                e,
+            ),
+        },
         _ => lost("another owner's lock was in its place at the moment of release"),
     })
 }

@@ -339,7 +339,7 @@ pub fn boot_id() -> String {
 
 /// A wrapper that runs a program under strace (and whatever it forks), logging the calls that
 /// `trace` (`trace=...`) names to `log` and failing them as `inject` (`inject=...`) says.
-#[allow(dead_code, reason = "only the library's tests inject with it")]
+#[allow(dead_code, reason = "not every test crate injects with it")]
 pub fn strace_injecting<'a>(log: &'a str, trace: &'a str, inject: &'a str) -> [&'a str; 8] {
     ["strace", "-f", "-o", log, "-e", trace, "-e", inject]
 }

@@ -408,13 +408,14 @@ fn a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error() {
     for syscall in ["newfstatat", "fstat"] {
         for when in 1..=24 {
             let log = tmp.path().join("trace");
-            let out = Command::new("strace")
-                .args(["-f", "-qq", "-y", "-o"])
-                .arg(&log)
-                .arg("-e")
-                .arg(format!("trace={syscall}"))
-                .arg("-e")
-                .arg(format!("inject={syscall}:error=ESTALE:when={when}"))
+            let (trace, inject) = (
+                format!("trace={syscall}"),
+                format!("inject={syscall}:error=ESTALE:when={when}"),
+            );
+            let strace = strace_injecting(log.to_str().unwrap(), &trace, &inject);
+            let out = Command::new(strace[0])
+                .args(&strace[1..])
+                .args(["-qq", "-y"])
                 .args([BIN, "run", "-n", "--dir"])
                 .arg(&dir)
                 .args(["--lock", "f.lock", "--", "true"])

@@ -9,8 +9,9 @@ use crate::paths::{
     READER,
 };
 use crate::protocol::shared;
-use crate::space::{beacon_free, creator, open_guard, Creator, Guard, Seen, Space};
-use crate::sys::{Identity, Meta, System};
+use crate::reclaim::{open_guard, Guard};
+use crate::space::{beacon_free, creator, Creator, Seen, Space};
+use crate::sys::{gone, Identity, Meta, System};
 use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
@@ -557,8 +558,8 @@ fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error
     };
     let meta = match sp.sys.meta(&guard) {
         Ok(m) => m,
-        // Retired meanwhile (some FUSE filesystems say so for a removed directory).
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(GuardState::Absent),
+        // Retired meanwhile (see `sys::gone`).
+        Err(e) if gone(&e) => return Ok(GuardState::Absent),
         Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(&gname), e)),
     };
     // As a reclaimer finds it: first whether it is safe to use at all.

@@ -23,10 +23,8 @@ use crate::error::Error;
 use crate::options::Ages;
 use crate::owner::Owner;
 use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
-use crate::space::{
-    lock_past_peekers, make_candidate, not_found, open_guard, remove_tree, Guard, Seen, Space,
-};
-use crate::sys::{is, Errno, FileId, Identity, Kind, System};
+use crate::space::{lock_past_peekers, make_candidate, not_found, remove_tree, Seen, Space};
+use crate::sys::{gone, is, Errno, FileId, Identity, Kind, System};
 use std::io;
 use std::time::Duration;
 
@@ -147,8 +145,8 @@ fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S
     }
     let mine = match sp.sys.meta(&guard) {
         Ok(m) => m,
-        // Retired meanwhile (some FUSE filesystems say so for a removed file).
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // Retired meanwhile (see `sys::gone`).
+        Err(e) if gone(&e) => return Ok(None),
         Err(e) => return Err(sp.io("inspect the reclaim guard", gname, e)),
     };
     match sp.sys.meta_at(sp.dir, gname) {
@@ -194,8 +192,8 @@ fn take_left_guard<S: System>(
     };
     let meta = match sp.sys.meta(&guard) {
         Ok(m) => m,
-        // Gone meanwhile (some FUSE filesystems say so for a removed directory).
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Err(Reclaim::Changed)),
+        // Gone meanwhile (see `sys::gone`).
+        Err(e) if gone(&e) => return Ok(Err(Reclaim::Changed)),
         Err(e) => return Err(sp.io("inspect the reclaim guard", gname, e)),
     };
     if let Some(problem) = sp.private_problem(&meta, "the reclaim guard") {
@@ -428,4 +426,40 @@ fn forced<S: System>(
         }
     }
     Ok(Some(meta.id))
+}
+
+/// What is at `NAME.reclaim`.
+pub(crate) enum Guard<D> {
+    /// Nothing (any more).
+    Gone,
+    /// A directory: this crate's (marked, made whole) or another implementation's (bare).
+    Dir(D),
+    /// A file: this crate's, made in place on a filesystem without no-replace renames.
+    File(D),
+    /// A file this platform cannot lock (Windows meeting a Unix program's): never reused.
+    Foreign,
+}
+
+/// Opens `NAME.reclaim`, whichever kind of guard it is.
+pub(crate) fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Guard<S::Dir>, Error> {
+    let unsafe_guard = || Error::Unsafe {
+        path: sp.entry(gname),
+        problem: "the reclaim guard is a symbolic link, or neither a directory nor a file".into(),
+        fix: "remove it by hand once no process uses this lock".into(),
+    };
+    match sp.sys.open_dir_at(sp.dir, gname) {
+        Ok(g) => Ok(Guard::Dir(g)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Guard::Gone),
+        Err(e) if is(&e, Errno::NotDir) => match sp.sys.open_file_at(sp.dir, gname, false) {
+            Ok(g) => Ok(Guard::File(g)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Guard::Gone),
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(Guard::Foreign),
+            Err(e) if is(&e, Errno::Loop) || e.kind() == io::ErrorKind::InvalidInput => {
+                Err(unsafe_guard())
+            }
+            Err(e) => Err(sp.io("open the reclaim guard", gname, e)),
+        },
+        Err(e) if is(&e, Errno::Loop) => Err(unsafe_guard()),
+        Err(e) => Err(sp.io("open the reclaim guard", gname, e)),
+    }
 }

@@ -52,6 +52,10 @@ pub(crate) enum Seen<S: System> {
     },
 }
 
+/// How many times in a row [`Space::observe`] looks at a NAME whose directory is replaced
+/// under it before it calls the lock released.
+const LOOKS: u32 = 3;
+
 /// Why an owner record could not be used.
 pub(crate) enum Unreadable {
     /// It was read (or looked at) and is not a valid, private record: never trusted, never
@@ -154,31 +158,44 @@ impl<S: System> Space<'_, S> {
     }
 
     /// Reads and checks `NAME` through one directory handle, so that the record, the mtime and
-    /// the beacon all belong to the same directory. A lock that vanishes while it is looked at
-    /// is `Gone` (ordinary contention), on every path.
+    /// the beacon all belong to the same directory. `Gone` means NAME was found missing. A
+    /// directory that vanishes while it is looked at sends the look back to NAME, which may
+    /// name the next lock by then; after [`LOOKS`] such looks in a row (a lock released and
+    /// taken again each time), `Gone` (released, each time).
     pub fn observe(&self, name: &str) -> Result<Seen<S>, Error> {
+        for _ in 1..LOOKS {
+            if let Some(seen) = self.look(name)? {
+                return Ok(seen);
+            }
+        }
+        Ok(self.look(name)?.unwrap_or(Seen::Gone))
+    }
+
+    /// One look at NAME for [`observe`](Self::observe): `None` when what it opened there was
+    /// replaced or removed before it could be judged.
+    fn look(&self, name: &str) -> Result<Option<Seen<S>>, Error> {
         let dir = match self.sys.open_dir_at(self.dir, name) {
             Ok(dir) => dir,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Seen::Gone),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Some(Seen::Gone)),
             Err(e) if is_not_dir(&e) => {
                 return match self.sys.meta_at(self.dir, name) {
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
-                    Ok(m) if m.kind == Kind::Dir => Ok(Seen::Gone), // replaced meanwhile
-                    Ok(m) => Ok(Seen::Malformed(format!(
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(Seen::Gone)),
+                    Ok(m) if m.kind == Kind::Dir => Ok(None), // replaced meanwhile
+                    Ok(m) => Ok(Some(Seen::Malformed(format!(
                         "the lock path is a {}, not a directory",
                         kind_name(m.kind)
-                    ))),
+                    )))),
                     Err(e) => Err(self.io("inspect the lock", name, e)),
                 };
             }
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
                 // Not ours to open: someone else's lock (or a hostile one) in our directory.
                 return match self.sys.meta_at(self.dir, name) {
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
-                    Ok(m) => Ok(Seen::Malformed(
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(Seen::Gone)),
+                    Ok(m) => Ok(Some(Seen::Malformed(
                         self.private_problem(&m, "the lock directory")
                             .unwrap_or_else(|| "the lock directory cannot be opened".into()),
-                    )),
+                    ))),
                     Err(_) => Err(self.io("open the lock", name, e)),
                 };
             }
@@ -187,14 +204,14 @@ impl<S: System> Space<'_, S> {
         let meta = match self.sys.meta(&dir) {
             Ok(m) => m,
             // Some FUSE filesystems answer fstat of a moved directory with ENOENT, NFS that of
-            // a removed one with ESTALE.
-            Err(e) if gone(&e) => return Ok(Seen::Gone),
+            // a removed one with ESTALE: NAME may hold the next lock by now.
+            Err(e) if gone(&e) => return Ok(None),
             Err(e) => return Err(self.io("inspect the lock", name, e)),
         };
         let problem = match self.private_problem(&meta, "the lock directory") {
             Some(p) => Unreadable::Malformed(p),
             None => match self.read_owner(&dir) {
-                Ok(owner) => return Ok(Seen::Owned { dir, meta, owner }),
+                Ok(owner) => return Ok(Some(Seen::Owned { dir, meta, owner })),
                 Err(u) => u,
             },
         };
@@ -209,7 +226,7 @@ impl<S: System> Space<'_, S> {
         dir: S::Dir,
         meta: Meta,
         problem: Unreadable,
-    ) -> Result<Seen<S>, Error> {
+    ) -> Result<Option<Seen<S>>, Error> {
         // A record we cannot read counts against the lock only if NAME still names the
         // directory we looked into; otherwise the holder released (or someone reclaimed)
         // meanwhile. The same identity proves that only while our directory still exists:
@@ -220,21 +237,21 @@ impl<S: System> Space<'_, S> {
         // its own.
         match self.sys.meta_at(self.dir, name) {
             Ok(now) if now.id == meta.id => match self.sys.meta(&dir) {
-                Ok(m) if m.nlink == 0 => Ok(Seen::Gone),
-                Err(e) if gone(&e) => Ok(Seen::Gone),
+                Ok(m) if m.nlink == 0 => Ok(None),
+                Err(e) if gone(&e) => Ok(None),
                 Err(e) => Err(self.io("inspect the lock", name, e)),
                 Ok(_) => match problem {
                     Unreadable::Malformed(problem)
                         if self.sys.try_lock(&dir, false).ok() == Some(false) =>
                     {
-                        Ok(Seen::InUse { dir, meta, problem })
+                        Ok(Some(Seen::InUse { dir, meta, problem }))
                     }
-                    Unreadable::Malformed(p) => Ok(Seen::Malformed(p)),
+                    Unreadable::Malformed(p) => Ok(Some(Seen::Malformed(p))),
                     Unreadable::Io(e) => Err(self.io("read the owner record of", name, e)),
                 },
             },
-            Ok(_) => Ok(Seen::Gone),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Seen::Gone),
+            Ok(_) => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Some(Seen::Gone)),
             Err(e) => Err(self.io("inspect the lock", name, e)),
         }
     }
@@ -287,42 +304,6 @@ impl<S: System> Space<'_, S> {
             readers: owner.is_shared(),
         };
         judge(owner, me, &mut probe)
-    }
-}
-
-/// What is at `NAME.reclaim`.
-pub(crate) enum Guard<D> {
-    /// Nothing (any more).
-    Gone,
-    /// A directory: this crate's (marked, made whole) or another implementation's (bare).
-    Dir(D),
-    /// A file: this crate's, made in place on a filesystem without no-replace renames.
-    File(D),
-    /// A file this platform cannot lock (Windows meeting a Unix program's): never reused.
-    Foreign,
-}
-
-/// Opens `NAME.reclaim`, whichever kind of guard it is.
-pub(crate) fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Guard<S::Dir>, Error> {
-    let unsafe_guard = || Error::Unsafe {
-        path: sp.entry(gname),
-        problem: "the reclaim guard is a symbolic link, or neither a directory nor a file".into(),
-        fix: "remove it by hand once no process uses this lock".into(),
-    };
-    match sp.sys.open_dir_at(sp.dir, gname) {
-        Ok(g) => Ok(Guard::Dir(g)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Guard::Gone),
-        Err(e) if is(&e, Errno::NotDir) => match sp.sys.open_file_at(sp.dir, gname, false) {
-            Ok(g) => Ok(Guard::File(g)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Guard::Gone),
-            Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(Guard::Foreign),
-            Err(e) if is(&e, Errno::Loop) || e.kind() == io::ErrorKind::InvalidInput => {
-                Err(unsafe_guard())
-            }
-            Err(e) => Err(sp.io("open the reclaim guard", gname, e)),
-        },
-        Err(e) if is(&e, Errno::Loop) => Err(unsafe_guard()),
-        Err(e) => Err(sp.io("open the reclaim guard", gname, e)),
     }
 }
 

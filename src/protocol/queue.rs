@@ -28,7 +28,7 @@ use crate::paths::{candidate_name, queue_name, Queued, Waiter, TURN_FILE};
 use crate::space::{
     is_not_dir, lock_past_peekers, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
 };
-use crate::sys::{is, Errno, System};
+use crate::sys::{gone, is, Errno, System};
 use std::io;
 use std::time::Duration;
 
@@ -90,9 +90,9 @@ pub(crate) fn hold_beside<S: System>(
             // In a group's lock directory, the group's processes use it too.
             let _ = sp.sys.set_mode(&dir, sp.dir_mode());
         }
-        // (Not found: removed by the last one out, where a removed directory cannot be seen.)
+        // (Removed by the last one out: see `sys::gone`.)
         let here = match sp.sys.meta(&dir) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) if gone(&e) => continue,
             here => here.map_err(failed)?,
         };
         // What others may write or own is never trusted: it could hold waiters off for good.

@@ -344,6 +344,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             turns: cfg.turns,
             marked_by: HashMap::new(),
             replaced: false,
+            watching: BTreeMap::new(),
             exclusive: None,
             owned: Default::default(),
             forks: HashMap::new(),

@@ -186,6 +186,10 @@ pub(crate) struct State {
     pub(crate) exclusive: Option<usize>,
     /// Whether a cleaner removed the lock directory (it is made anew).
     pub(crate) replaced: bool,
+    /// The observers looking at the lock's status, by slot: the directory each looks in, and
+    /// whether NAME was missing there at some moment of the look (a status may say "free"
+    /// only then).
+    pub(crate) watching: BTreeMap<usize, (Ino, bool)>,
     /// The tokens each process (by its first thread's slot) wrote and is not done with
     /// (`System::own_token`).
     pub(crate) owned: std::collections::HashSet<(usize, String)>,
@@ -241,6 +245,16 @@ pub(crate) fn check_name(name: &str) -> io::Result<()> {
 
 impl State {
     /// The lock directory now (0, which names nothing, while a cleaner has removed it).
+    /// Notes, for each observer, whether NAME is missing now in the directory it looks in.
+    pub(crate) fn watch(&mut self) {
+        let missing: Vec<bool> = (self.watching.values())
+            .map(|(dir, _)| self.lookup(*dir, LOCK).is_err())
+            .collect();
+        for ((_, saw), missing) in self.watching.values_mut().zip(missing) {
+            *saw |= missing;
+        }
+    }
+
     pub(crate) fn d(&self) -> Ino {
         self.lookup(PARENT, LOCKS).unwrap_or(0)
     }
@@ -483,6 +497,7 @@ impl State {
     /// complete, private record. And of a process's tasks, only the head of its queue
     /// contends: no two tasks of one process have a candidate or a lock at once.
     pub(crate) fn check(&mut self) {
+        self.watch();
         self.check_readers();
         self.check_handed();
         let entries: Vec<(String, Ino)> = match self.dir_entries(self.d()) {

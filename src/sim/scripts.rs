@@ -299,7 +299,9 @@ fn work(sys: &SimSys, wait: Wait, grace: Duration, recovery: bool, fork_to: Opti
     }
 }
 
-/// An observer: three statuses, none of which may fail.
+/// An observer: three statuses, none of which may fail, each followed by a look at the lock
+/// (what the status starts with), which may find it gone only if NAME was missing at some
+/// moment of the look.
 fn observe(sys: &SimSys, sp: &Space<SimSys>, me: &Identity, grace: Duration) {
     for _ in 0..3 {
         let status = sys
@@ -315,6 +317,29 @@ fn observe(sys: &SimSys, sp: &Space<SimSys>, me: &Identity, grace: Duration) {
             Ok(_) => {}
             Err(Error::Malformed { .. }) if intruded(sys) => {}
             Err(e) => report(sys, format!("status failed: {e}")),
+        }
+        // Not a scheduling point: the model's own bookkeeping.
+        {
+            let mut st = sys.world.lock();
+            let dir = sys.ino(&st, sp.dir).unwrap_or(0);
+            st.watching.insert(sys.slot, (dir, false));
+            st.watch();
+        }
+        let seen = sp.observe(LOCK);
+        let saw_missing = sys
+            .world
+            .lock()
+            .watching
+            .remove(&sys.slot)
+            .is_some_and(|w| w.1);
+        match seen {
+            Ok(crate::space::Seen::Gone) if !saw_missing => report(
+                sys,
+                "a look found the lock gone, though NAME named a lock throughout".into(),
+            ),
+            Ok(_) => {}
+            Err(Error::Malformed { .. }) if intruded(sys) => {}
+            Err(e) => report(sys, format!("a look at the lock failed: {e}")),
         }
     }
 }

@@ -384,63 +384,6 @@ fn eio_and_eintr_at_each_system_call_in_turn() {
     }
 }
 
-/// NFS answers `fstat` of an open directory removed on the server with `ESTALE`: a lock whose
-/// directory says so while a contender looks at it was released meanwhile, not an I/O error.
-/// `ESTALE` is injected at each `fstat` in turn of a `run -n` that finds the lock held
-/// (`strace -y` names the path of each descriptor): where it hits the lock's own directory,
-/// the run looks again and says "held" (75), as it does with no fault. (It was "cannot
-/// inspect the lock".)
-#[test]
-fn a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error() {
-    if lacks(
-        "faults::a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error",
-        "strace",
-        have("strace"),
-    ) {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("locks");
-    let holder = Holder::start(&dir, &["--lock", "f.lock"]);
-    let lock = format!("{}>", holder.path.display());
-    let mut hit = 0;
-    // glibc's fstat is newfstatat; musl's is fstat.
-    for syscall in ["newfstatat", "fstat"] {
-        for when in 1..=24 {
-            let log = tmp.path().join("trace");
-            let (trace, inject) = (
-                format!("trace={syscall}"),
-                format!("inject={syscall}:error=ESTALE:when={when}"),
-            );
-            let strace = strace_injecting(log.to_str().unwrap(), &trace, &inject);
-            let out = Command::new(strace[0])
-                .args(&strace[1..])
-                .args(["-qq", "-y"])
-                .args([BIN, "run", "-n", "--dir"])
-                .arg(&dir)
-                .args(["--lock", "f.lock", "--", "true"])
-                .env_remove("LD_LIBRARY_PATH")
-                .output()
-                .unwrap();
-            let trace = std::fs::read_to_string(&log).unwrap();
-            let on_lock = trace
-                .lines()
-                .any(|l| l.contains("(INJECTED)") && l.contains(&lock));
-            if on_lock {
-                hit += 1;
-                assert_eq!(
-                    out.status.code(),
-                    Some(75),
-                    "{syscall}=ESTALE#{when} on the lock's directory: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-    }
-    assert!(hit > 0, "no fault reached the lock's directory");
-    holder.release();
-}
-
 /// A release whose check of the lock it retired fails (EIO, injected at each `newfstatat` in
 /// turn of a holder that a waiter queued behind): handed over, the release stands (the
 /// waiter wakes holding the lock; the holder's old lock is left retired, a sweep's), and

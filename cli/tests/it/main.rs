@@ -27,6 +27,7 @@ mod names;
 mod safety;
 mod shared;
 mod signals;
+mod stale;
 
 use std::ffi::OsString;
 use std::process::Command;

@@ -1,0 +1,196 @@
+//! NFS's stale handles: `fstat` of a directory removed on the server (by another client, or
+//! another process) answers `ESTALE`. Injected with strace at each `fstat` in turn, naming the
+//! descriptor's path (`strace -y`), so that each test knows which faults hit what it checks.
+use crate::common::*;
+use crate::BIN;
+use std::path::Path;
+use std::process::Command;
+
+/// NFS answers `fstat` of an open directory removed on the server with `ESTALE`: a lock whose
+/// directory says so while a contender looks at it was released meanwhile, not an I/O error.
+/// `ESTALE` is injected at each `fstat` in turn of a `run -n` and of a `status` that find the
+/// lock held (`strace -y` names the path of each descriptor): where it hits the lock's own
+/// directory, each looks at the lock again and says "held" (75), as it does with no fault.
+/// (The run said "cannot inspect the lock"; then the status said "free".)
+#[test]
+fn a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error() {
+    if lacks(
+        "stale::a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("locks");
+    let holder = Holder::start(&dir, &["--lock", "f.lock"]);
+    let lock = format!("{}>", holder.path.display());
+    let d = dir.to_str().unwrap();
+    let run = ["run", "-n", "--dir", d, "--lock", "f.lock", "--", "true"];
+    let status = ["status", "--dir", d, "--lock", "f.lock"];
+    for args in [&run[..], &status] {
+        let mut hit = 0;
+        // glibc's fstat is newfstatat; musl's is fstat.
+        for (syscall, when) in ["newfstatat", "fstat"]
+            .into_iter()
+            .flat_map(|s| (1..=24).map(move |w| (s, w)))
+        {
+            let log = tmp.path().join("trace");
+            let (trace, inject) = (
+                format!("trace={syscall}"),
+                format!("inject={syscall}:error=ESTALE:when={when}"),
+            );
+            let strace = strace_injecting(log.to_str().unwrap(), &trace, &inject);
+            let out = Command::new(strace[0])
+                .args(&strace[1..])
+                .args(["-qq", "-y"])
+                .arg(BIN)
+                .args(args)
+                .env_remove("LD_LIBRARY_PATH")
+                .output()
+                .unwrap();
+            let trace = std::fs::read_to_string(&log).unwrap();
+            let on_lock = trace
+                .lines()
+                .any(|l| l.contains("(INJECTED)") && l.contains(&lock));
+            if on_lock {
+                hit += 1;
+                assert_eq!(
+                    out.status.code(),
+                    Some(75),
+                    "{syscall}=ESTALE#{when} on the lock's directory, {}: {}{}",
+                    args[0],
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        assert!(
+            hit > 0,
+            "{}: no fault reached the lock's directory",
+            args[0]
+        );
+    }
+    holder.release();
+}
+
+/// As of the lock itself, `ESTALE` from `fstat` of what was opened beside it (a reclaim guard
+/// a crashed reclaimer left, the queue a waiter joins) says it was removed meanwhile, and the
+/// look goes on. `ESTALE` at each `fstat` in turn of a run that takes over a dead lock beside
+/// such a guard (it takes it: 0), of the status of that lock (takeable: 0), and of a run that
+/// waits 0.1 s behind a live holder (it gives up: 75) or behind a reader (the same, as a
+/// writer waiting for readers); where the fault hits the guard, the queue or the writers'
+/// directory, each answers as with no fault. (Each was an I/O error, status 1, but the
+/// queue's: its waiter waited outside the queue.)
+#[test]
+fn a_stale_handle_beside_the_lock_is_a_removal_not_an_error() {
+    if lacks(
+        "stale::a_stale_handle_beside_the_lock_is_a_removal_not_an_error",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("trace");
+    let cases: [(&str, &str, &[&str], i32); 4] = [
+        ("takeover", "reclaim", &["run", "--wait", "20s"], 0),
+        ("status", "reclaim", &["status"], 0),
+        ("wait", "queue", &["run", "--wait", "0.1s"], 75),
+        (
+            "wait for readers",
+            "writers",
+            &["run", "--wait", "0.1s"],
+            75,
+        ),
+    ];
+    for (case, beside, args, want) in cases {
+        let (mut hit, mut calls) = (0, std::collections::HashSet::new());
+        // glibc's fstat is newfstatat; musl's is fstat.
+        for (syscall, when) in ["newfstatat", "fstat"]
+            .into_iter()
+            .flat_map(|s| (1..=24).map(move |w| (s, w)))
+        {
+            if when > 1 && !calls.contains(syscall) {
+                continue; // the other libc's
+            }
+            // A directory of its own: what a fault left is not the next run's.
+            let dir = tmp
+                .path()
+                .join(format!("{beside}-{}-{syscall}-{when}", args[0]));
+            let holder = match beside {
+                "writers" => Holder::start(&dir, &["--lock", "f.lock", "--shared"]),
+                _ => Holder::start(&dir, &["--lock", "f.lock"]),
+            };
+            let _holder = match beside {
+                "reclaim" => {
+                    holder.kill();
+                    dead_lock_and_guard(&dir);
+                    None
+                }
+                _ => Some(holder),
+            };
+            let (trace, inject) = (
+                format!("trace={syscall}"),
+                format!("inject={syscall}:error=ESTALE:when={when}"),
+            );
+            let strace = strace_injecting(log.to_str().unwrap(), &trace, &inject);
+            let out = Command::new(strace[0])
+                .args(&strace[1..])
+                .args(["-qq", "-y"])
+                .arg(BIN)
+                .args(args)
+                .arg("--dir")
+                .arg(&dir)
+                .args(["--lock", "f.lock"])
+                .args(if args[0] == "run" {
+                    &["--", "true"][..]
+                } else {
+                    &[]
+                })
+                .env_remove("LD_LIBRARY_PATH")
+                .output()
+                .unwrap();
+            // The fstat of the guard or the queue itself (not of a name inside it).
+            let target = format!("{}>", dir.join(format!("f.lock.{beside}")).display());
+            let trace = std::fs::read_to_string(&log).unwrap();
+            if trace.lines().any(|l| l.contains(&format!(" {syscall}("))) {
+                calls.insert(syscall);
+            }
+            if trace.lines().any(|l| {
+                l.contains("(INJECTED)")
+                    && (l.contains(&format!("{target}, \"\""))
+                        || l.contains("fstat(") && l.contains(&target))
+            }) {
+                hit += 1;
+                assert_eq!(
+                    out.status.code(),
+                    Some(want),
+                    "{case}: {syscall}=ESTALE#{when} on {target}: {}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        assert!(hit > 0, "{case}: no fault reached f.lock.{beside}");
+    }
+}
+
+/// Leaves in `dir` what a reclaimer SIGKILLed mid-reclaim leaves: the dead owner's lock
+/// (its holder already killed) and the reclaimer's guard beside it. The reclaimer is killed at
+/// its fourth `renameat2`: the dead lock's retirement, just after its guard's.
+fn dead_lock_and_guard(dir: &Path) {
+    let out = Command::new("strace")
+        .args(["-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e"])
+        .arg("inject=renameat2:signal=SIGKILL:when=4")
+        .args([BIN, "run", "--dir"])
+        .arg(dir)
+        .args(["--lock", "f.lock", "--", "true"])
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(
+        dir.join("f.lock").is_dir() && dir.join("f.lock.reclaim").exists(),
+        "the reclaimer left no guard beside the lock: {out:?}"
+    );
+}

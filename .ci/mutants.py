@@ -70,6 +70,10 @@ MUTANTS = [
      "            Err(e) if gone(&e) => return Ok(None),",
      "            Err(e) if gone(&e) => return Ok(Some(Seen::Gone)),",
      "cli", "stale::a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error"),
+    ("lost-record-calls-the-lock-free", "src/space.rs",
+     "            Ok(_) => Ok(None),",
+     "            Ok(_) => Ok(Some(Seen::Gone)),",
+     "cli", "stale::a_status_that_loses_the_record_it_opened_looks_at_the_lock_again"),
     # ESTALE beside the lock: the reclaim guard (taken over, and in a status), and the
     # directory of writers waiting for readers.
     ("estale-at-the-guard-is-an-error", "src/reclaim.rs",

@@ -200,9 +200,9 @@ fn dead_lock_and_guard(dir: &Path) {
 
 /// A status that opened the lock, and finds its record gone (the holder released, and reaped
 /// its lock) and another lock at the name (the waiter's, handed over), looks at the name again
-/// and says who holds it now: "held" (75). (It said "free".) strace holds the status at its
-/// `openat` of the record while the holder releases; a run where the release came too late (the
-/// record was still there) is tried again, three times at most.
+/// and says who holds it now: "held" (75). (It said "free".) strace stops the status with
+/// SIGSTOP right after its `openat` of the lock, before it reads the record; the holder
+/// releases, and the status goes on.
 #[test]
 fn a_status_that_loses_the_record_it_opened_looks_at_the_lock_again() {
     if lacks(
@@ -213,74 +213,76 @@ fn a_status_that_loses_the_record_it_opened_looks_at_the_lock_again() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("trace");
+    let (dir, log) = (tmp.path().join("locks"), tmp.path().join("trace"));
+    let holder = Holder::start(&dir, &["--lock", "f.lock"]);
+    let status = |inject: &[&str]| {
+        let mut c = Command::new("strace");
+        c.args(["-qq", "-f", "-y", "-o"])
+            .arg(&log)
+            .args(["-e", "trace=openat"])
+            .args(inject)
+            .args([BIN, "status", "--dir"])
+            .arg(&dir)
+            .args(["--lock", "f.lock"])
+            .env_remove("LD_LIBRARY_PATH")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    // Which `openat` opens the lock, just before the record's (the same in every status of a
+    // held lock).
+    let out = status(&[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let trace = std::fs::read_to_string(&log).unwrap();
     let record = "f.lock>, \"owner.json\"";
-    for attempt in 1..=3 {
-        let dir = tmp.path().join(format!("locks-{attempt}"));
-        let holder = Holder::start(&dir, &["--lock", "f.lock"]);
-        let status = |inject: &[&str]| {
-            let mut c = Command::new("strace");
-            c.args(["-qq", "-f", "-y", "-o"])
-                .arg(&log)
-                .args(["-e", "trace=openat"])
-                .args(inject)
-                .args([BIN, "status", "--dir"])
-                .arg(&dir)
-                .args(["--lock", "f.lock"])
-                .env_remove("LD_LIBRARY_PATH")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            c
-        };
-        // Which `openat` reads the record (the same in every run of a status of a held lock).
-        let out = status(&[]).output().unwrap();
-        assert_eq!(out.status.code(), Some(75), "{out:?}");
-        let trace = std::fs::read_to_string(&log).unwrap();
-        let when = 1 + trace
-            .lines()
-            .position(|l| l.contains(record))
-            .expect("the status read no record");
-        // A waiter, queued behind the holder: the release hands it the lock.
-        let marker = tmp.path().join(format!("taken-{attempt}"));
-        let script = format!("echo > {}; sleep 30", marker.display());
-        let waiter = ChildGuard::spawn(dirlock_in(
+    let when = trace
+        .lines()
+        .position(|l| l.contains(record))
+        .expect("the status read no record");
+    // A waiter, queued behind the holder: the release hands it the lock.
+    let marker = tmp.path().join("taken");
+    let script = format!("echo > {}; sleep 30", marker.display());
+    let waiter = ChildGuard::spawn(
+        dirlock_in(
             &dir,
             &["run", "--lock", "f.lock", "--", "sh", "-c", &script],
-        ));
-        assert!(eventually(Duration::from_secs(10), || {
-            std::fs::read_dir(dir.join("f.lock.queue")).is_ok_and(|d| d.count() > 0)
-        }));
-        let delay = Duration::from_millis(1500 * attempt);
-        let inject = format!(
-            "inject=openat:delay_enter={}:when={when}",
-            delay.as_micros()
-        );
-        let mut looking = ChildGuard::spawn(status(&["-e", inject.as_str()]));
-        std::thread::sleep(Duration::from_millis(300));
-        holder.release();
-        assert!(eventually(Duration::from_secs(10), || marker.exists()));
-        let out = looking.output();
-        let trace = std::fs::read_to_string(&log).unwrap();
-        let lost = trace
+        )
+        .stderr(Stdio::null()),
+    );
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::read_dir(dir.join("f.lock.queue")).is_ok_and(|d| d.count() > 0)
+    }));
+    let inject = format!("inject=openat:signal=SIGSTOP:when={when}");
+    let mut looking = ChildGuard::spawn(status(&["-e", &inject]));
+    let mut stopped = None;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            let trace = std::fs::read_to_string(&log).unwrap_or_default();
+            stopped = trace.lines().find_map(|l| {
+                let (pid, what) = l.split_once(' ')?;
+                (what == "--- stopped by SIGSTOP ---").then(|| pid.parse::<u32>().ok())?
+            });
+            stopped.is_some()
+        }),
+        "the status never stopped at openat #{when}:\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    holder.release();
+    assert!(eventually(Duration::from_secs(10), || marker.exists()));
+    assert!(signal(stopped.unwrap(), libc::SIGCONT));
+    let out = looking.output();
+    let trace = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        trace
             .lines()
-            .any(|l| l.contains(record) && l.contains("ENOENT"));
-        if !lost {
-            continue; // the release came after the status read the record
-        }
-        assert_eq!(
-            out.status.code(),
-            Some(75),
-            "a status that lost the record it opened: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let now = format!("held by pid {}", waiter.id());
-        let said = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            said.contains(&now),
-            "the status did not say {now:?}: {said}"
-        );
-        return;
-    }
-    panic!("in three attempts, the release never came while the status read the record");
+            .any(|l| l.contains("\"owner.json\"") && l.contains("= -1 ENOENT")),
+        "the status still read the released lock's record:\n{trace}"
+    );
+    let now = format!("held by pid {}", waiter.id());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(75), "{said}");
+    assert!(
+        said.contains(&now),
+        "the status did not say {now:?}: {said}"
+    );
 }

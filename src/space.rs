@@ -54,7 +54,7 @@ pub(crate) enum Seen<S: System> {
 
 /// How many times in a row [`Space::observe`] looks at a NAME whose directory is replaced
 /// under it before it calls the lock released.
-const LOOKS: u32 = 3;
+pub(crate) const LOOKS: u32 = 3;
 
 /// Why an owner record could not be used.
 pub(crate) enum Unreadable {

@@ -186,10 +186,8 @@ pub(crate) struct State {
     pub(crate) exclusive: Option<usize>,
     /// Whether a cleaner removed the lock directory (it is made anew).
     pub(crate) replaced: bool,
-    /// The observers looking at the lock's status, by slot: the directory each looks in, and
-    /// whether NAME was missing there at some moment of the look (a status may say "free"
-    /// only then).
-    pub(crate) watching: BTreeMap<usize, (Ino, bool)>,
+    /// The observers looking at the lock, by slot (see [`Watch`]).
+    pub(crate) watching: BTreeMap<usize, super::scripts::Watch>,
     /// The tokens each process (by its first thread's slot) wrote and is not done with
     /// (`System::own_token`).
     pub(crate) owned: std::collections::HashSet<(usize, String)>,
@@ -245,13 +243,16 @@ pub(crate) fn check_name(name: &str) -> io::Result<()> {
 
 impl State {
     /// The lock directory now (0, which names nothing, while a cleaner has removed it).
-    /// Notes, for each observer, whether NAME is missing now in the directory it looks in.
+    /// Notes, for each observer, what NAME is now in the directory it looks in.
     pub(crate) fn watch(&mut self) {
-        let missing: Vec<bool> = (self.watching.values())
-            .map(|(dir, _)| self.lookup(*dir, LOCK).is_err())
+        let now: Vec<Option<Ino>> = (self.watching.values())
+            .map(|w| self.lookup(w.dir, LOCK).ok())
             .collect();
-        for ((_, saw), missing) in self.watching.values_mut().zip(missing) {
-            *saw |= missing;
+        for (w, now) in self.watching.values_mut().zip(now) {
+            match now {
+                None => w.missing = true,
+                Some(ino) => drop(w.locks.insert(ino)),
+            }
         }
     }
 

@@ -3,6 +3,7 @@
 
 use crate::common::*;
 use dirlock::{Error, Wait};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -195,6 +196,8 @@ fn a_stalled_writer_ahead_holds_a_reader_back_only_for_a_moment() {
     let holder = fx.locks.named_lock(LOCK).acquire().unwrap();
     let (go, gate) = std::sync::mpsc::channel::<()>();
     let gate = Mutex::new(gate);
+    let stalled_now = Arc::new(AtomicBool::new(false));
+    let stalling = Arc::clone(&stalled_now);
     std::thread::scope(|s| {
         // Dropped should the test fail: the stalled writer goes on.
         let go = go;
@@ -205,11 +208,16 @@ fn a_stalled_writer_ahead_holds_a_reader_back_only_for_a_moment() {
                 .purpose("stalled")
                 .wait(Wait::Forever);
             let g = g.on_wait(move |_| {
+                stalling.store(true, Ordering::SeqCst);
                 let _ = gate.lock().unwrap().recv();
             });
             g.acquire().unwrap().release().unwrap();
         });
-        assert!(eventually(Duration::from_secs(10), || queued(&fx) == ["stalled"]));
+        // Queued, and stalled in its callback (a writer handed the lock before it got there,
+        // on a loaded machine, never stalled).
+        assert!(eventually(Duration::from_secs(10), || {
+            queued(&fx) == ["stalled"] && stalled_now.load(Ordering::SeqCst)
+        }));
         date_turn(&fx, Duration::from_secs(5));
         holder.release().unwrap();
         let first = fx.locks.named_lock(LOCK).shared().wait(Wait::Forever);

@@ -84,7 +84,8 @@ fn a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error() {
 /// waits 0.1 s behind a live holder (it gives up: 75) or behind a reader (the same, as a
 /// writer waiting for readers); where the fault hits the guard, the queue or the writers'
 /// directory, each answers as with no fault. (Each was an I/O error, status 1, but the
-/// queue's: its waiter waited outside the queue.)
+/// queue's, which the waiter dropped, to join at its next look: this test cannot tell that
+/// case from the fixed one, and the writers' directory is what catches `hold_beside`.)
 #[test]
 fn a_stale_handle_beside_the_lock_is_a_removal_not_an_error() {
     if lacks(

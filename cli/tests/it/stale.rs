@@ -260,8 +260,10 @@ fn a_status_that_loses_the_record_it_opened_looks_at_the_lock_again() {
         eventually(Duration::from_secs(20), || {
             let trace = std::fs::read_to_string(&log).unwrap_or_default();
             stopped = trace.lines().find_map(|l| {
+                // (strace pads the pid to five columns.)
                 let (pid, what) = l.split_once(' ')?;
-                (what == "--- stopped by SIGSTOP ---").then(|| pid.parse::<u32>().ok())?
+                (what.trim_start() == "--- stopped by SIGSTOP ---")
+                    .then(|| pid.parse::<u32>().ok())?
             });
             stopped.is_some()
         }),

@@ -163,12 +163,12 @@ impl<S: System> Space<'_, S> {
     /// name the next lock by then; after [`LOOKS`] such looks in a row (a lock released and
     /// taken again each time), `Gone` (released, each time).
     pub fn observe(&self, name: &str) -> Result<Seen<S>, Error> {
-        for _ in 1..LOOKS {
+        for _ in 0..LOOKS {
             if let Some(seen) = self.look(name)? {
                 return Ok(seen);
             }
         }
-        Ok(self.look(name)?.unwrap_or(Seen::Gone))
+        Ok(Seen::Gone)
     }
 
     /// One look at NAME for [`observe`](Self::observe): `None` when what it opened there was

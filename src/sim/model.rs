@@ -242,7 +242,6 @@ pub(crate) fn check_name(name: &str) -> io::Result<()> {
 }
 
 impl State {
-    /// The lock directory now (0, which names nothing, while a cleaner has removed it).
     /// Notes, for each observer, what NAME is now in the directory it looks in.
     pub(crate) fn watch(&mut self) {
         let now: Vec<Option<Ino>> = (self.watching.values())
@@ -256,6 +255,7 @@ impl State {
         }
     }
 
+    /// The lock directory now (0, which names nothing, while a cleaner has removed it).
     pub(crate) fn d(&self) -> Ino {
         self.lookup(PARENT, LOCKS).unwrap_or(0)
     }

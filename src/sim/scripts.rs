@@ -341,15 +341,12 @@ fn observe(sys: &SimSys, sp: &Space<SimSys>, me: &Identity, grace: Duration) {
         {
             let mut st = sys.world.lock();
             let dir = sys.ino(&st, sp.dir).unwrap_or(0);
-            let locks = Default::default();
-            (st.watching).insert(
-                sys.slot,
-                Watch {
-                    dir,
-                    missing: false,
-                    locks,
-                },
-            );
+            let watch = Watch {
+                dir,
+                missing: false,
+                locks: Default::default(),
+            };
+            st.watching.insert(sys.slot, watch);
             st.watch();
         }
         let seen = sp.observe(LOCK);

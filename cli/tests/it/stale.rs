@@ -5,8 +5,9 @@
 //! reads its record (the look held still by strace).
 use crate::common::*;
 use crate::{dirlock_in, BIN};
+use std::ffi::{OsStr, OsString};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 /// NFS answers `fstat` of an open directory removed on the server with `ESTALE`: a lock whose
@@ -26,6 +27,7 @@ fn a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("locks");
+    let log = tmp.path().join("trace");
     let holder = Holder::start(&dir, &["--lock", "f.lock"]);
     let lock = format!("{}>", holder.path.display());
     let d = dir.to_str().unwrap();
@@ -33,26 +35,8 @@ fn a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error() {
     let status = ["status", "--dir", d, "--lock", "f.lock"];
     for args in [&run[..], &status] {
         let mut hit = 0;
-        // glibc's fstat is newfstatat; musl's is fstat.
-        for (syscall, when) in ["newfstatat", "fstat"]
-            .into_iter()
-            .flat_map(|s| (1..=24).map(move |w| (s, w)))
-        {
-            let log = tmp.path().join("trace");
-            let (trace, inject) = (
-                format!("trace={syscall}"),
-                format!("inject={syscall}:error=ESTALE:when={when}"),
-            );
-            let strace = strace_injecting(log.to_str().unwrap(), &trace, &inject);
-            let out = Command::new(strace[0])
-                .args(&strace[1..])
-                .args(["-qq", "-y"])
-                .arg(BIN)
-                .args(args)
-                .env_remove("LD_LIBRARY_PATH")
-                .output()
-                .unwrap();
-            let trace = std::fs::read_to_string(&log).unwrap();
+        each_fstat(|syscall, when| {
+            let (out, trace) = with_estale(&log, syscall, when, args);
             let on_lock = trace
                 .lines()
                 .any(|l| l.contains("(INJECTED)") && l.contains(&lock));
@@ -67,7 +51,8 @@ fn a_stale_handle_of_the_lock_looked_at_is_a_release_not_an_error() {
                     String::from_utf8_lossy(&out.stderr)
                 );
             }
-        }
+            trace
+        });
         assert!(
             hit > 0,
             "{}: no fault reached the lock's directory",
@@ -109,15 +94,8 @@ fn a_stale_handle_beside_the_lock_is_a_removal_not_an_error() {
         ),
     ];
     for (case, beside, args, want) in cases {
-        let (mut hit, mut calls) = (0, std::collections::HashSet::new());
-        // glibc's fstat is newfstatat; musl's is fstat.
-        for (syscall, when) in ["newfstatat", "fstat"]
-            .into_iter()
-            .flat_map(|s| (1..=24).map(move |w| (s, w)))
-        {
-            if when > 1 && !calls.contains(syscall) {
-                continue; // the other libc's
-            }
+        let mut hit = 0;
+        each_fstat(|syscall, when| {
             // A directory of its own: what a fault left is not the next run's.
             let dir = tmp
                 .path()
@@ -134,33 +112,19 @@ fn a_stale_handle_beside_the_lock_is_a_removal_not_an_error() {
                 }
                 _ => Some(holder),
             };
-            let (trace, inject) = (
-                format!("trace={syscall}"),
-                format!("inject={syscall}:error=ESTALE:when={when}"),
-            );
-            let strace = strace_injecting(log.to_str().unwrap(), &trace, &inject);
-            let out = Command::new(strace[0])
-                .args(&strace[1..])
-                .args(["-qq", "-y"])
-                .arg(BIN)
-                .args(args)
-                .arg("--dir")
-                .arg(&dir)
-                .args(["--lock", "f.lock"])
-                .args(if args[0] == "run" {
-                    &["--", "true"][..]
-                } else {
-                    &[]
-                })
-                .env_remove("LD_LIBRARY_PATH")
-                .output()
-                .unwrap();
+            let mut all: Vec<OsString> = args.iter().map(Into::into).collect();
+            all.extend([
+                "--dir".into(),
+                dir.clone().into(),
+                "--lock".into(),
+                "f.lock".into(),
+            ]);
+            if args[0] == "run" {
+                all.extend(["--".into(), "true".into()]);
+            }
+            let (out, trace) = with_estale(&log, syscall, when, &all);
             // The fstat of the guard or the queue itself (not of a name inside it).
             let target = format!("{}>", dir.join(format!("f.lock.{beside}")).display());
-            let trace = std::fs::read_to_string(&log).unwrap();
-            if trace.lines().any(|l| l.contains(&format!(" {syscall}("))) {
-                calls.insert(syscall);
-            }
             if trace.lines().any(|l| {
                 l.contains("(INJECTED)")
                     && (l.contains(&format!("{target}, \"\""))
@@ -175,9 +139,48 @@ fn a_stale_handle_beside_the_lock_is_a_removal_not_an_error() {
                     String::from_utf8_lossy(&out.stderr)
                 );
             }
-        }
+            trace
+        });
         assert!(hit > 0, "{case}: no fault reached f.lock.{beside}");
     }
+}
+
+/// Calls `fault(syscall, when)` for each of the first 24 `fstat`s in turn, glibc's
+/// (`newfstatat`) and musl's (`fstat`); `fault` returns its run's trace, and a libc's call
+/// that the first run never made is not tried again.
+fn each_fstat(mut fault: impl FnMut(&str, u32) -> String) {
+    for syscall in ["newfstatat", "fstat"] {
+        for when in 1..=24 {
+            let trace = fault(syscall, when);
+            if !trace.lines().any(|l| l.contains(&format!(" {syscall}("))) {
+                break; // the other libc's
+            }
+        }
+    }
+}
+
+/// Runs `dirlock ARGS` under strace, `ESTALE` injected at its `when`-th `syscall`, with each
+/// descriptor's path in the trace (`-y`): what it did, and the trace.
+fn with_estale(
+    log: &Path,
+    syscall: &str,
+    when: u32,
+    args: &[impl AsRef<OsStr>],
+) -> (Output, String) {
+    let (trace, inject) = (
+        format!("trace={syscall}"),
+        format!("inject={syscall}:error=ESTALE:when={when}"),
+    );
+    let strace = strace_injecting(log.to_str().unwrap(), &trace, &inject);
+    let out = Command::new(strace[0])
+        .args(&strace[1..])
+        .args(["-qq", "-y"])
+        .arg(BIN)
+        .args(args)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    (out, std::fs::read_to_string(log).unwrap())
 }
 
 /// Leaves in `dir` what a reclaimer SIGKILLed mid-reclaim leaves: the dead owner's lock

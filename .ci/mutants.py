@@ -384,16 +384,16 @@ MUTANTS = [
     # Tasks let past the runtime's queue: the order of real tasks that ask 20 ms apart is kept by
     # their numbers in the lock's queue as well, so only the simulation's schedules catch it.
     ('sim-tasks-not-queued', 'src/acquire/queue.rs',
-     'Some(0) | None => Poll::Ready(()),',
-     'Some(_) | None => Poll::Ready(()),',
-     'lib', 'sim::tests::tasks_beside_a_worker_exhaustively_within_bounds'),
+     'Some(i) if i >= n => {',
+     'Some(i) if i >= n && false => {',
+     'lib', 'sim::tests::random_schedules_of_tasks_and_processes'),
     ('sim-queue-keeps-a-stale-waker', 'src/acquire/queue.rs',
-     '                    line[i].1 = Some(cx.waker().clone());',
-     '                    if line[i].1.is_none() { line[i].1 = Some(cx.waker().clone()); }',
+     '                    line[i].waker = Some(cx.waker().clone());',
+     '                    if line[i].waker.is_none() { line[i].waker = Some(cx.waker().clone()); }',
      'lib', 'sim::tests::random_schedules_of_tasks_and_processes'),
     ('sim-turn-not-passed-on', 'src/acquire/queue.rs',
-     '                waker.wake();',
-     '                drop(waker);',
+     '        waker.wake();',
+     '        drop(waker);',
      'lib', 'sim::tests::random_schedules_of_tasks_and_processes'),
     ('sim-dropped-acquisition-keeps-its-candidate', 'src/protocol/contend.rs',
      '        if let Some(c) = self.c.take() {\n            self.give_up_candidate(c);\n        }\n        self.withdraw();',
@@ -423,16 +423,10 @@ MUTANTS = [
      """            Wake::Changed => false,""",
      'it-tokio', 'waiting::an_async_waiter_does_not_spin_on_wake_ups_that_change_nothing'),
     ('async-restages-every-round', 'src/acquire/mod.rs',
-     """        let mut k = Contender::new(&sp, &req, &self.me)?;
-        if told {
-            k.told();
-        }
-        if !z.runs_alone() {
-            k.not_to_be_handed();
-        }
-        loop {
-            match k.round()? {""",
      """        loop {
+            if let Some(p) = place {""",
+     """        drop(k);
+        loop {
             let mut k = Contender::new(&sp, &req, &self.me)?;
             if told {
                 k.told();
@@ -440,7 +434,7 @@ MUTANTS = [
             if !z.runs_alone() {
                 k.not_to_be_handed();
             }
-            match k.round()? {""",
+            if let Some(p) = place {""",
      'async', 'tasks::a_waiting_task_keeps_its_candidate_staged_and_publishes_it'),
     ('async-queued-task-not-told', 'src/acquire/mod.rs',
      'self.options.on_wait.as_ref().zip(self.holder(&sp)) {',
@@ -454,6 +448,29 @@ MUTANTS = [
      '        if self.sp.sys.crashed() {\n            return;\n        }\n        if let Some(c) = self.c.take() {',
      '        if std::thread::panicking() {\n            return;\n        }\n        if let Some(c) = self.c.take() {',
      'async', 'tasks::a_panic_past_a_waiting_acquisition_leaves_no_candidate'),
+    # A task behind another of its runtime waits unnumbered (it takes its place in the lock's
+    # queue only at the head, behind every thread that came meanwhile), publishes out of turn,
+    # or keeps its turn though numbered after a task behind it.
+    ('async-task-waits-unnumbered', 'src/acquire/mod.rs',
+     '                    k.take_number();',
+     '                    let _ = &mut k;',
+     'async', 'tasks::a_task_behind_another_keeps_its_place_before_a_thread_that_came_after_it'),
+    ('sim-task-publishes-out-of-turn', 'src/acquire/mod.rs',
+     '                    self.wait_in_line(&sp, p.turn(), z).await?;',
+     '                    let _ = (&sp, p, z);',
+     'lib', 'sim::tests::random_schedules_of_tasks_and_processes'),
+    ('task-turn-ignores-the-numbers', 'src/acquire/queue.rs',
+     '            i.max(below.map_or(0, |b| b + 1))\n',
+     '            i.max(below.map_or(0, |b| b + 1) * 0).max(i)\n',
+     'lib', 'acquire::queue::tests::the_turn_follows_the_numbers_on_disk'),
+    ('async-every-queued-task-holds-a-place-on-disk', 'src/acquire/queue.rs',
+     '        self.within(NEAR)\n',
+     '        self.within(usize::MAX)\n',
+     'async', 'edges::queued_tasks_hold_descriptors_only_near_the_head'),
+    ('async-task-coming-near-not-woken', 'src/acquire/queue.rs',
+     '    for i in [0, NEAR - 1] {',
+     '    for i in [0] {',
+     'async', 'tasks::tasks_exclude_each_other_and_each_gets_the_lock_once'),
     ('async-joined-future-queued-behind-itself', 'src/acquire/mod.rs',
      '        if queue.has(self.who) {',
      '        if false && queue.has(self.who) {',

@@ -281,8 +281,8 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
     }
 
     /// Takes the lock, sleeping between rounds as `z` does: the refusals, then (a task) a
-    /// place at the head of its runtime's queue, then the contest, in the lock directory as
-    /// it is, again in a new one if it is removed underneath.
+    /// place in its runtime's queue, then the contest, in the lock directory as it is, again
+    /// in a new one if it is removed underneath.
     ///
     /// # Errors
     ///
@@ -290,11 +290,11 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
     pub(crate) async fn run(&self, z: &impl Sleep<S>) -> Result<Acquired<S>, Error> {
         let mut told = false;
         let (mut dir, mut dir_id) = self.site.open()?;
-        let turn = self.queue_up(&dir, dir_id, z, &mut told).await?;
+        let turn = self.queue_up(&dir, dir_id, z, &mut told)?;
         let mut retry = Retry::new();
         loop {
             self.site.refusals(&dir, dir_id, &self.target, self.who)?;
-            let won = self.contend(&dir, z, told).await;
+            let won = self.contend(&dir, z, told, turn.as_ref()).await;
             match won {
                 Ok(held) => {
                     // A reader is in: the next task may read (or wait as a writer) beside it.
@@ -318,11 +318,32 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
     /// The contest in the lock directory `dir`: rounds until one wins, sleeping between them
     /// as `z` does. One candidate is staged for the whole contest, so that a release finds it
     /// ready to publish; however the contest ends but a win (an error, a dropped future), the
-    /// contender's drop removes it. Nothing is awaited between the winning publish and the
+    /// contender's drop removes it. A task (its `place` in its runtime's queue) publishes only
+    /// at the head of that queue: behind others, it stages its candidate and takes its number
+    /// in the lock's queue on disk once it is [`NEAR`](queue::NEAR) that head, and waits its
+    /// turn. Nothing is awaited between the winning publish and the
     /// return: a lock published is always in the guard made of it.
-    async fn contend(&self, dir: &S::Dir, z: &impl Sleep<S>, told: bool) -> Result<Held<S>, Error> {
+    async fn contend(
+        &self,
+        dir: &S::Dir,
+        z: &impl Sleep<S>,
+        told: bool,
+        place: Option<&Place>,
+    ) -> Result<Held<S>, Error> {
         let (sp, req) = (self.site.space(dir), self.request());
-        let mut k = Contender::new(&sp, &req, &self.me)?;
+        if let Some(p) = place {
+            self.wait_in_line(&sp, p.near(), z).await?;
+        }
+        let mut k = loop {
+            let behind = place.filter(|p| !p.first());
+            match (Contender::new(&sp, &req, &self.me), behind) {
+                (Ok(k), _) => break k,
+                // Behind others (with, say, too many files open among them): it stages once
+                // it is at the head, as the tasks ahead of it did.
+                (Err(_), Some(p)) => self.wait_in_line(&sp, p.turn(), z).await?,
+                (Err(e), None) => return Err(e),
+            }
+        };
         if told {
             k.told();
         }
@@ -330,6 +351,15 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
             k.not_to_be_handed();
         }
         loop {
+            if let Some(p) = place {
+                if !p.first() {
+                    k.take_number();
+                }
+                p.numbered(k.number());
+                if !p.first() {
+                    self.wait_in_line(&sp, p.turn(), z).await?;
+                }
+            }
             match k.round()? {
                 Next::Won => return Ok(k.won()),
                 Next::Again => {}
@@ -362,10 +392,10 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         })
     }
 
-    /// A task's place in its runtime's queue for the lock, once it is at the head (`None`
-    /// for a thread, or a task that does not wait). A task that has to queue is told
-    /// (`on_wait`) who holds the lock, and a timeout names it.
-    async fn queue_up(
+    /// A task's place in its runtime's queue for the lock (`None` for a thread, or a task
+    /// that does not wait). A task that finds others ahead of it is told (`on_wait`) who holds
+    /// the lock.
+    fn queue_up(
         &self,
         dir: &S::Dir,
         dir_id: FileId,
@@ -393,24 +423,36 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         if place.first() {
             return Ok(Some(place));
         }
-        let sp = self.site.space(dir);
         // (Only when asked: each look is a probe of the holder's lock that others step past.)
+        let sp = self.site.space(dir);
         if let Some((f, waiting)) = self.options.on_wait.as_ref().zip(self.holder(&sp)) {
             *told = true;
             f(&waiting);
         }
+        Ok(Some(place))
+    }
+
+    /// Waits in its runtime's queue `until` it has moved up (see [`Place::turn`] and
+    /// [`Place::near`]). A timeout names who holds the lock then.
+    async fn wait_in_line(
+        &self,
+        sp: &Space<'_, S>,
+        until: impl Future<Output = ()>,
+        z: &impl Sleep<S>,
+    ) -> Result<(), Error> {
+        let t = &self.target;
         let left = match self.options.wait {
             Wait::Timeout(d) => Some(d.saturating_sub(sp.sys.monotonic() - self.started)),
             _ => None,
         };
         let cancel = self.options.cancel.as_ref().map(|c| &*c.0);
-        match z.bounded(left, cancel, place.turn()).await {
-            Bounded::Done(()) => Ok(Some(place)),
+        match z.bounded(left, cancel, until).await {
+            Bounded::Done(()) => Ok(()),
             Bounded::TimedOut => Err(Error::Timeout {
                 lock: t.path.clone(),
                 resource: t.resource.clone(),
                 waited: sp.sys.monotonic().saturating_sub(self.started),
-                owner: self.holder(&sp).map(|w| Box::new(w.owner)),
+                owner: self.holder(sp).map(|w| Box::new(w.owner)),
             }),
             Bounded::Cancelled => Err(Error::Cancelled {
                 lock: t.path.clone(),

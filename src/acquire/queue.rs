@@ -1,8 +1,12 @@
 //! The queue of one runtime's tasks for one lock: first come, first served, so that only the
-//! task at the head contends with other processes (and with the process's threads and other
-//! runtimes), and a release wakes one task, not all of them. A queue is per runtime (in the
+//! task at the head publishes, contending with other processes (and with the process's threads
+//! and other runtimes), and a release wakes one task, not all of them. A task that finds others
+//! ahead of it stages its candidate and takes its number in the lock's queue on disk before it
+//! waits here, so that it stands in the order of waiters with all others, and this queue's
+//! order follows the numbers ([`Place::numbered`]). A queue is per runtime (in the
 //! simulation, per simulated process): a task at its head holds back only the tasks that its
-//! runtime drives, so a runtime that is no longer driven holds back no one else.
+//! runtime drives. (A runtime that is no longer driven holds others back only as any waiter
+//! that stopped does: its tasks' entries are let go first for a moment at each release.)
 //!
 //! Plain `std` (a mutex and the tasks' wakers), so that the simulation drives the same queue.
 
@@ -13,21 +17,42 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
-/// One lock's queue: who is in it, in the order they came (the first holds the turn), and the
-/// waker of each waiting task.
+/// How many of a runtime's tasks waiting for one lock take their places in the lock's queue on
+/// disk (each holds three descriptors open: its candidate, its entry and the queue): those
+/// behind wait here,
+/// holding none, until they come this near its head, so that thousands of waiting tasks do
+/// not run the process out of descriptors.
+pub(crate) const NEAR: usize = 32;
+
+/// One lock's queue: who is in it, in turn (the first holds the turn), and the waker of each
+/// waiting task.
 #[derive(Default)]
 pub(crate) struct Queue {
-    line: Mutex<VecDeque<(Who, Option<Waker>)>>,
+    line: Mutex<VecDeque<Spot>>,
+}
+
+/// A task in a queue: who, its number in the lock's queue on disk once it took one, and its
+/// waker while it waits.
+struct Spot {
+    who: Who,
+    number: Option<u64>,
+    waker: Option<Waker>,
 }
 
 impl Queue {
-    fn line(&self) -> MutexGuard<'_, VecDeque<(Who, Option<Waker>)>> {
+    fn line(&self) -> MutexGuard<'_, VecDeque<Spot>> {
         self.line.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether `who` is in the queue (waiting for the lock, or holding it).
     pub(crate) fn has(&self, who: Who) -> bool {
-        self.line().iter().any(|(w, _)| *w == who)
+        self.line().iter().any(|s| s.who == who)
+    }
+
+    /// Who has the turn.
+    #[cfg(any(test, fuzzing))]
+    pub(crate) fn head(&self) -> Option<Who> {
+        self.line().front().map(|s| s.who)
     }
 }
 
@@ -46,7 +71,11 @@ impl Place {
     /// Joins `queue` at the back as `who` (whom the caller found not in it: see
     /// [`Queue::has`]). `real`: a place of this process (not a simulated one).
     pub(crate) fn join(queue: Arc<Queue>, who: Who, real: bool) -> Place {
-        queue.line().push_back((who, None));
+        queue.line().push_back(Spot {
+            who,
+            number: None,
+            waker: None,
+        });
         Place {
             queue,
             who,
@@ -56,24 +85,62 @@ impl Place {
 
     /// Whether this place is at the head of the queue: its turn.
     pub(crate) fn first(&self) -> bool {
-        self.queue
-            .line()
-            .front()
-            .is_some_and(|(w, _)| *w == self.who)
+        self.queue.line().front().is_some_and(|s| s.who == self.who)
     }
 
     /// Returns once this place is at the head of the queue: its turn.
     pub(crate) fn turn(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(|cx| {
+        self.within(1)
+    }
+
+    /// Returns once this place is [`NEAR`] the head of the queue.
+    pub(crate) fn near(&self) -> impl Future<Output = ()> + '_ {
+        self.within(NEAR)
+    }
+
+    /// Returns once fewer than `n` places are ahead of this one.
+    fn within(&self, n: usize) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
             let mut line = self.queue.line();
-            match line.iter().position(|(w, _)| *w == self.who) {
-                Some(0) | None => Poll::Ready(()),
-                Some(i) => {
-                    line[i].1 = Some(cx.waker().clone());
+            match line.iter().position(|s| s.who == self.who) {
+                Some(i) if i >= n => {
+                    line[i].waker = Some(cx.waker().clone());
                     Poll::Pending
                 }
+                _ => Poll::Ready(()),
             }
         })
+    }
+
+    /// Takes `number`, this task's number in the lock's queue on disk (`None`: it has none),
+    /// so that the turn follows the order on disk: the numbered tasks stand in the order of
+    /// their numbers, the others where they came. The task moves no further than that order
+    /// needs: behind those numbered lower, ahead of those numbered higher. When that makes
+    /// another task the head (this one, which had the turn, was numbered after it), the turn
+    /// passes to it.
+    pub(crate) fn numbered(&self, number: Option<u64>) {
+        let mut line = self.queue.line();
+        let Some(i) = line.iter().position(|s| s.who == self.who) else {
+            return;
+        };
+        if line[i].number == number {
+            return;
+        }
+        let Some(mut spot) = line.remove(i) else {
+            return;
+        };
+        spot.number = number;
+        let at = number.map_or(i, |n| {
+            let below = line.iter().rposition(|s| s.number.is_some_and(|m| m < n));
+            let above = line.iter().position(|s| s.number.is_some_and(|m| m > n));
+            // (No panic even if the numbers came out of order: `clamp` would.)
+            i.max(below.map_or(0, |b| b + 1))
+                .min(above.unwrap_or(line.len()))
+        });
+        line.insert(at, spot);
+        if at != i {
+            moved_up(&mut line);
+        }
     }
 }
 
@@ -85,34 +152,82 @@ impl Drop for Place {
             return;
         }
         let mut line = self.queue.line();
-        let Some(i) = line.iter().position(|(w, _)| *w == self.who) else {
+        let Some(i) = line.iter().position(|s| s.who == self.who) else {
             return;
         };
         line.remove(i);
-        if i == 0 {
-            // The turn passes on: wake the new head.
-            if let Some(waker) = line.front_mut().and_then(|(_, w)| w.take()) {
-                waker.wake();
-            }
+        moved_up(&mut line);
+    }
+}
+
+/// Places moved up in `line`: wakes its head (whose turn it may be now) and the place that
+/// may have just come [`NEAR`] (a task woken for nothing looks and waits again).
+fn moved_up(line: &mut VecDeque<Spot>) {
+    for i in [0, NEAR - 1] {
+        if let Some(waker) = line.get_mut(i).and_then(|s| s.waker.take()) {
+            waker.wake();
         }
     }
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::Wake;
+
+    /// A waker that notes it was woken.
+    struct Noted(AtomicBool);
+
+    impl Wake for Noted {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// The turn follows the numbers the tasks took on disk, whatever order they took them in:
+    /// an unnumbered head keeps it, waiting tasks stand in the order of their numbers, and a
+    /// head numbered after one of them passes the turn to it (and wakes it).
+    #[test]
+    fn the_turn_follows_the_numbers_on_disk() {
+        let queue = Arc::new(Queue::default());
+        let [a, b, c, d] = [0, 1, 2, 3].map(|t| Place::join(queue.clone(), Who::Sim(0, t), false));
+        let order = || queue.line().iter().map(|s| s.who).collect::<Vec<_>>();
+        // Numbered out of the order they came: `c` first.
+        c.numbered(Some(5));
+        b.numbered(Some(6));
+        assert_eq!(order(), [a.who, c.who, b.who, d.who]);
+        // `d`, not numbered (a reader), stays where it came; `a` keeps the turn meanwhile.
+        assert!(a.first());
+        let woken = Arc::new(Noted(AtomicBool::new(false)));
+        let waker = Waker::from(woken.clone());
+        let mut turn = std::pin::pin!(c.turn());
+        let pending = turn
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        assert!(pending.is_pending());
+        // The head takes a number after theirs: the turn passes to `c`, which is woken.
+        a.numbered(Some(7));
+        assert_eq!(order(), [c.who, b.who, a.who, d.who]);
+        assert!(c.first() && !a.first());
+        assert!(woken.0.load(Ordering::SeqCst), "the new head was not woken");
+        // One that loses its number stays put.
+        b.numbered(None);
+        assert_eq!(order(), [c.who, b.who, a.who, d.who]);
+    }
 
     /// A forked child that drops its copy of a place (in a guard it inherited) touches
     /// neither the queue nor its turn: a thread of the parent may have held the queue's lock
     /// at the fork.
+    #[cfg(unix)]
     #[test]
     fn a_forked_child_leaves_its_parents_place_alone() {
         let queue = Arc::new(Queue::default());
         let place = Place::join(queue.clone(), Who::current(), true);
         // This thread holds the queue's lock at the fork, as a busy thread may.
         let held = queue.line();
-        let finished = crate::sys::finishes_in_a_fork(Duration::from_secs(5), move || drop(place));
+        let five = std::time::Duration::from_secs(5);
+        let finished = crate::sys::finishes_in_a_fork(five, move || drop(place));
         drop(held);
         assert!(finished, "the child waited for its parent's queue");
     }

@@ -343,7 +343,6 @@ fn new_world(cfg: &Config) -> Arc<World> {
             no_exchange: cfg.no_exchange,
             turns: cfg.turns,
             marked_by: HashMap::new(),
-            replaced: false,
             watching: BTreeMap::new(),
             exclusive: None,
             owned: Default::default(),

@@ -184,8 +184,6 @@ pub(crate) struct State {
     /// A process that runs alone, on a stopped clock, without crashes: a look at the lock
     /// and an acquisition that must agree with it (see `Script::Prober`).
     pub(crate) exclusive: Option<usize>,
-    /// Whether a cleaner removed the lock directory (it is made anew).
-    pub(crate) replaced: bool,
     /// The observers looking at the lock, by slot (see [`Watch`]).
     pub(crate) watching: BTreeMap<usize, super::scripts::Watch>,
     /// The tokens each process (by its first thread's slot) wrote and is not done with
@@ -495,8 +493,8 @@ impl State {
     }
 
     /// I2 and I8, checked after every step: a published lock is a private directory with a
-    /// complete, private record. And of a process's tasks, only the head of its queue
-    /// contends: no two tasks of one process have a candidate or a lock at once.
+    /// complete, private record. (That of a process's tasks only the head of its queue
+    /// publishes is checked at the publish: see `SimSys::rename_noreplace`.)
     pub(crate) fn check(&mut self) {
         self.watch();
         self.check_readers();
@@ -505,27 +503,6 @@ impl State {
             Ok(e) => e.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             Err(_) => return,
         };
-        let mut contending: Vec<(usize, usize)> = entries
-            .iter()
-            .filter(|(n, _)| matches!(classify(n), Entry::Lock(_) | Entry::Candidate { .. }))
-            .filter_map(|(_, ino)| self.record(*ino))
-            .filter(|o| !o.is_shared())
-            .filter_map(|o| self.tokens.get(&o.token).copied())
-            .collect();
-        contending.sort_unstable();
-        contending.dedup();
-        // (A lock directory made anew splits a queue: the tasks queued in the old one and
-        // those that came after are in two, whose heads contend, excluded by the protocol.)
-        let queues_split = self.replaced;
-        if let Some(w) = contending
-            .windows(2)
-            .find(|w| w[0].0 == w[1].0 && !queues_split)
-        {
-            let (slot, a, b) = (w[0].0, w[0].1, w[1].1);
-            self.violation(format!(
-                "tasks {a} and {b} of p{slot} contend at once (only the head of its queue may)"
-            ));
-        }
         for (name, ino) in entries {
             if !matches!(classify(&name), Entry::Lock(_)) || self.inodes[&ino].foreign {
                 continue;

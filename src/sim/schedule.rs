@@ -219,6 +219,7 @@ fn start(
             world: world.clone(),
             slot,
             task: Default::default(),
+            lines: Default::default(),
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
             drop(world.yield_point(slot, Status::Ready));

@@ -531,7 +531,6 @@ impl State {
         if let Ok(p) = self.dir_entries_mut(PARENT) {
             p.remove(LOCKS);
         }
-        self.replaced = true;
         true
     }
 }

@@ -9,6 +9,9 @@ pub(crate) struct SimSys {
     pub(crate) slot: usize,
     /// The task of the process being polled (0 for a process without tasks).
     pub(crate) task: std::cell::Cell<usize>,
+    /// The queues of its runtime's tasks (see `SimRuntime`), for the check that only a
+    /// queue's head publishes.
+    pub(crate) lines: std::cell::RefCell<Vec<std::sync::Weak<crate::acquire::queue::Queue>>>,
 }
 
 /// An open directory of a simulated process.
@@ -302,9 +305,17 @@ impl System for SimSys {
     }
 
     fn rename_noreplace(&self, at: &SimDir, from: &str, to: &str) -> io::Result<Renamed> {
+        let out_of_turn = self.out_of_turn();
         self.call(&format!("rename {from} -> {to}"), |st, slot| {
             check_name(from)?;
             check_name(to)?;
+            let publish = matches!(classify(from), Entry::Candidate { .. });
+            if out_of_turn && publish && matches!(classify(to), Entry::Lock(_)) {
+                let task = self.task.get();
+                st.violation(format!(
+                    "task {task} of p{slot} published {to} out of turn (only the head of its queue may)"
+                ));
+            }
             let dir = self.ino(st, at)?;
             let src = st.lookup(dir, from)?;
             if let Ok(dst) = st.lookup(dir, to) {

@@ -6,9 +6,9 @@
 //! A process with tasks runs them on its own thread: it polls each task that was woken, and
 //! when none is, it sleeps (a scheduling point) until the first sleeping task's timeout or
 //! its watch fires; then it polls them all (a runtime may poll a future for nothing), each
-//! poll with a waker of its own, of which only the last one wakes the task. Checked besides I1 to I9: a task whose acquisition is dropped leaves
-//! nothing behind (no candidate, no lock), and only one task of a process contends for the
-//! lock at a time (the head of its queue).
+//! poll with a waker of its own, of which only the last one wakes the task. Checked besides I1
+//! to I9: a task whose acquisition is dropped leaves nothing behind (no candidate, no lock),
+//! and only the head of its process's queue publishes.
 
 use super::*;
 use crate::acquire::queue::Queue;
@@ -75,6 +75,16 @@ struct Sleeper {
     capped: bool,
     /// How it ended, once it has.
     woke: Option<Wake>,
+}
+
+impl SimSys {
+    /// Whether the task being polled is in one of its runtime's queues, not at its head.
+    pub(crate) fn out_of_turn(&self) -> bool {
+        let me = Who::Sim(self.slot, self.task.get());
+        let lines = self.lines.borrow();
+        let mut queues = lines.iter().filter_map(Weak::upgrade);
+        queues.any(|q| q.has(me) && q.head() != Some(me))
+    }
 }
 
 /// A simulated process's runtime: its tasks' sleeps and its queues.
@@ -242,6 +252,7 @@ impl Sleep<SimSys> for SimRuntime<'_> {
         }
         let q = Arc::new(Queue::default());
         queues.insert(key, Arc::downgrade(&q));
+        self.sys.lines.borrow_mut().push(Arc::downgrade(&q));
         Some(q)
     }
 }

@@ -12,11 +12,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-/// Tasks queued with a cancel hold no descriptor each (a queue of thousands must not run
-/// the process out of them, and an error registering one is never reported as a cancel).
+/// Tasks queued with a cancel hold descriptors only near the head of their runtime's queue
+/// (a candidate, an entry in the lock's queue and that queue, for each of the first 32): a queue of
+/// thousands must not run the process out of them, and an error registering one is never
+/// reported as a cancel.
 #[cfg(target_os = "linux")]
 #[test]
-fn queued_tasks_with_a_cancel_hold_no_descriptor_each() {
+fn queued_tasks_hold_descriptors_only_near_the_head() {
     let (_tmp, dir, until) = setup();
     let holder = start_holder(&dir, &until);
     let locks = Locks::in_dir(&dir).unwrap();
@@ -37,7 +39,10 @@ fn queued_tasks_with_a_cancel_hold_no_descriptor_each() {
         let queued = spawn(200);
         tokio::time::sleep(Duration::from_millis(200)).await;
         let grew = open().saturating_sub(before);
-        assert!(grew < 20, "200 queued tasks opened {grew} descriptors");
+        assert!(
+            grew < 3 * 32 + 20,
+            "200 queued tasks opened {grew} descriptors"
+        );
         cancel.cancel();
         for t in head.into_iter().chain(queued) {
             let err = within(30, t).await.unwrap().unwrap_err();

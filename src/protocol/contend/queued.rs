@@ -114,6 +114,17 @@ impl<S: System> Contender<'_, '_, S> {
             })
     }
 
+    /// Takes a number in the queue now, once: a task that waits behind others of its runtime
+    /// (see [`crate::acquire::queue`]).
+    pub(crate) fn take_number(&mut self) {
+        self.enqueue();
+    }
+
+    /// Its number in the queue, while it has one.
+    pub(crate) fn number(&self) -> Option<u64> {
+        self.ticket.as_ref().map(|t| t.number)
+    }
+
     /// Takes a number in the queue, once (a filesystem without `flock` has none; an
     /// acquisition that does not wait takes none).
     pub(super) fn enqueue(&mut self) {

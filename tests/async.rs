@@ -7,6 +7,9 @@
 #[path = "async/edges.rs"]
 mod edges;
 #[cfg(feature = "tokio")]
+#[path = "async/order.rs"]
+mod order;
+#[cfg(feature = "tokio")]
 #[path = "async/tasks.rs"]
 mod tasks;
 

@@ -20,7 +20,7 @@ use crate::protocol::{Contender, Held, Next, Request, MAX_RESTAGES};
 use crate::space::{not_found, Seen, Space};
 use crate::sys::{is, CancelHandle, Errno, FileId, Identity, Real, RealDir, System, Wake};
 use patience::Patience;
-use queue::{Place, Queue};
+use queue::{Place, Queue, Seat};
 use std::future::Future;
 use std::io;
 use std::path::PathBuf;
@@ -331,19 +331,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         place: Option<&Place>,
     ) -> Result<Held<S>, Error> {
         let (sp, req) = (self.site.space(dir), self.request());
-        if let Some(p) = place {
-            self.wait_in_line(&sp, p.near(), z).await?;
-        }
-        let mut k = loop {
-            let behind = place.filter(|p| !p.first());
-            match (Contender::new(&sp, &req, &self.me), behind) {
-                (Ok(k), _) => break k,
-                // Behind others (with, say, too many files open among them): it stages once
-                // it is at the head, as the tasks ahead of it did.
-                (Err(_), Some(p)) => self.wait_in_line(&sp, p.turn(), z).await?,
-                (Err(e), None) => return Err(e),
-            }
-        };
+        let (mut k, seat) = self.stage_in_line(&sp, &req, z, place).await?;
         if told {
             k.told();
         }
@@ -351,16 +339,24 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
             k.not_to_be_handed();
         }
         loop {
-            if let Some(p) = place {
-                if !p.first() {
+            if let Some(p) = place.filter(|p| !p.first()) {
+                // Numbers are taken in the order the tasks came (with a seat), then each
+                // waits its turn, out of the way of others (a writer's intent withdrawn).
+                if seat.is_some() {
+                    self.wait_in_line(&sp, p.numbering(), z).await?;
                     k.take_number();
+                    p.numbered(k.number());
                 }
-                p.numbered(k.number());
                 if !p.first() {
+                    k.step_aside();
                     self.wait_in_line(&sp, p.turn(), z).await?;
                 }
             }
-            match k.round()? {
+            let next = k.round()?;
+            if let Some(p) = place {
+                p.numbered(k.number()); // a number taken after a publish that lost
+            }
+            match next {
                 Next::Won => return Ok(k.won()),
                 Next::Again => {}
                 Next::Pause(p) => {
@@ -373,6 +369,35 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
                     let watch = wait_for_change(&k, &w, z).await?;
                     k.waited(w, watch);
                 }
+            }
+        }
+    }
+
+    /// Stages the contest's candidate ([`Contender::new`]). A task behind others (`place`)
+    /// stages once it is near the head of its runtime's queue, if the process's budget of
+    /// descriptors has a seat for it (returned, held while it contends), else (or if staging
+    /// fails: short of descriptors, say) at the head.
+    async fn stage_in_line<'r>(
+        &'r self,
+        sp: &'r Space<'r, S>,
+        req: &'r Request<'r>,
+        z: &impl Sleep<S>,
+        place: Option<&Place>,
+    ) -> Result<(Contender<'r, 'r, S>, Option<Seat>), Error> {
+        let mut seat = None;
+        if let Some(p) = place.filter(|p| !p.first()) {
+            self.wait_in_line(sp, p.near(), z).await?;
+            seat = Seat::take(z.real());
+            if seat.is_none() {
+                self.wait_in_line(sp, p.turn(), z).await?;
+            }
+        }
+        loop {
+            let behind = place.filter(|p| !p.first());
+            match (Contender::new(sp, req, &self.me), behind) {
+                (Ok(k), _) => return Ok((k, seat)),
+                (Err(_), Some(p)) => self.wait_in_line(sp, p.turn(), z).await?,
+                (Err(e), None) => return Err(e),
             }
         }
     }
@@ -446,6 +471,15 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
             _ => None,
         };
         let cancel = self.options.cancel.as_ref().map(|c| &*c.0);
+        // Already there: no wait, whatever is left of the deadline.
+        let mut until = pin!(until);
+        if until
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+        {
+            return Ok(());
+        }
         match z.bounded(left, cancel, until).await {
             Bounded::Done(()) => Ok(()),
             Bounded::TimedOut => Err(Error::Timeout {

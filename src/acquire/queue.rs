@@ -14,15 +14,56 @@ use crate::held::Who;
 use crate::sys::{Real, System};
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
 /// How many of a runtime's tasks waiting for one lock take their places in the lock's queue on
-/// disk (each holds three descriptors open: its candidate, its entry and the queue): those
-/// behind wait here,
+/// disk (each holds three descriptors open: its candidate, its entry and the queue), within
+/// the process's budget ([`Seat`]): those behind wait here,
 /// holding none, until they come this near its head, so that thousands of waiting tasks do
 /// not run the process out of descriptors.
 pub(crate) const NEAR: usize = 32;
+
+/// How many places this process's tasks hold on disk behind the heads of their runtimes'
+/// queues, at most: one for each 32 files it may open (each holds three open: about a tenth of
+/// its descriptors), at most 64, so that waiting tasks do not run it out of descriptors.
+fn seats() -> usize {
+    let limit = crate::sys::open_files_limit().unwrap_or(u64::MAX);
+    usize::try_from(limit / 32).unwrap_or(usize::MAX).min(64)
+}
+
+/// The places held (see [`seats`]).
+static SEATED: AtomicUsize = AtomicUsize::new(0);
+
+/// A task's share of the process's budget of places on disk (see [`seats`]), held while it
+/// contends.
+pub(crate) struct Seat {
+    counted: bool,
+}
+
+impl Seat {
+    /// A seat, if one is free; `real`: for a task of this process (a simulated one is not
+    /// counted).
+    pub(crate) fn take(real: bool) -> Option<Seat> {
+        if !real {
+            return Some(Seat { counted: false });
+        }
+        let most = seats();
+        let taken = SEATED.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < most).then_some(n + 1)
+        });
+        taken.ok().map(|_| Seat { counted: true })
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        if self.counted {
+            SEATED.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 /// One lock's queue: who is in it, in turn (the first holds the turn), and the waker of each
 /// waiting task.
@@ -31,11 +72,12 @@ pub(crate) struct Queue {
     line: Mutex<VecDeque<Spot>>,
 }
 
-/// A task in a queue: who, its number in the lock's queue on disk once it took one, and its
-/// waker while it waits.
+/// A task in a queue: who, its number in the lock's queue on disk once it took one (`tried`:
+/// it took one once), and its waker while it waits.
 struct Spot {
     who: Who,
     number: Option<u64>,
+    tried: bool,
     waker: Option<Waker>,
 }
 
@@ -74,6 +116,7 @@ impl Place {
         queue.line().push_back(Spot {
             who,
             number: None,
+            tried: false,
             waker: None,
         });
         Place {
@@ -98,12 +141,29 @@ impl Place {
         self.within(NEAR)
     }
 
+    /// Returns once each task ahead of this one has taken its number on disk (see
+    /// [`Place::numbered`]): numbers are taken in the order the tasks came. (One that could not,
+    /// short of descriptors or on a filesystem without a queue, holds those behind it back
+    /// until it takes one at the head: they wait as it does.)
+    pub(crate) fn numbering(&self) -> impl Future<Output = ()> + '_ {
+        self.until(|line, i| line.iter().take(i).all(|s| s.tried))
+    }
+
     /// Returns once fewer than `n` places are ahead of this one.
     fn within(&self, n: usize) -> impl Future<Output = ()> + '_ {
+        self.until(move |_, i| i < n)
+    }
+
+    /// Returns once `ready(line, i)` holds with this place at `i` in the line (or it is not in
+    /// it).
+    fn until<'a>(
+        &'a self,
+        ready: impl Fn(&VecDeque<Spot>, usize) -> bool + 'a,
+    ) -> impl Future<Output = ()> + 'a {
         std::future::poll_fn(move |cx| {
             let mut line = self.queue.line();
             match line.iter().position(|s| s.who == self.who) {
-                Some(i) if i >= n => {
+                Some(i) if !ready(&line, i) => {
                     line[i].waker = Some(cx.waker().clone());
                     Poll::Pending
                 }
@@ -117,7 +177,7 @@ impl Place {
     /// their numbers, the others where they came. The task moves no further than that order
     /// needs: behind those numbered lower, ahead of those numbered higher. When that makes
     /// another task the head (this one, which had the turn, was numbered after it), the turn
-    /// passes to it.
+    /// passes to it. Numbered, it has tried (see [`Place::numbering`]).
     pub(crate) fn numbered(&self, number: Option<u64>) {
         let mut line = self.queue.line();
         let Some(i) = line.iter().position(|s| s.who == self.who) else {
@@ -130,6 +190,7 @@ impl Place {
             return;
         };
         spot.number = number;
+        spot.tried |= number.is_some();
         let at = number.map_or(i, |n| {
             let below = line.iter().rposition(|s| s.number.is_some_and(|m| m < n));
             let above = line.iter().position(|s| s.number.is_some_and(|m| m > n));
@@ -138,9 +199,7 @@ impl Place {
                 .min(above.unwrap_or(line.len()))
         });
         line.insert(at, spot);
-        if at != i {
-            moved_up(&mut line);
-        }
+        moved_up(&mut line);
     }
 }
 
@@ -160,11 +219,12 @@ impl Drop for Place {
     }
 }
 
-/// Places moved up in `line`: wakes its head (whose turn it may be now) and the place that
-/// may have just come [`NEAR`] (a task woken for nothing looks and waits again).
+/// Places moved up in `line`, or one took its number: wakes those [`NEAR`] its head (whose
+/// turn it may be now, that may have just come near, or may take their numbers now; a task
+/// woken for nothing looks and waits again).
 fn moved_up(line: &mut VecDeque<Spot>) {
-    for i in [0, NEAR - 1] {
-        if let Some(waker) = line.get_mut(i).and_then(|s| s.waker.take()) {
+    for spot in line.iter_mut().take(NEAR) {
+        if let Some(waker) = spot.waker.take() {
             waker.wake();
         }
     }
@@ -185,20 +245,30 @@ mod tests {
         }
     }
 
-    /// The turn follows the numbers the tasks took on disk, whatever order they took them in:
-    /// an unnumbered head keeps it, waiting tasks stand in the order of their numbers, and a
-    /// head numbered after one of them passes the turn to it (and wakes it).
+    /// Numbers are taken in the order the tasks came (each once those ahead of it have one),
+    /// and the turn follows them: waiting tasks stand in the order of their numbers, and a
+    /// head numbered anew after others (it staged again) passes the turn (and wakes the new
+    /// head).
     #[test]
     fn the_turn_follows_the_numbers_on_disk() {
         let queue = Arc::new(Queue::default());
         let [a, b, c, d] = [0, 1, 2, 3].map(|t| Place::join(queue.clone(), Who::Sim(0, t), false));
         let order = || queue.line().iter().map(|s| s.who).collect::<Vec<_>>();
-        // Numbered out of the order they came: `c` first.
+        let cx = &mut std::task::Context::from_waker(Waker::noop());
+        let mut numbering = std::pin::pin!(b.numbering());
+        assert!(numbering.as_mut().poll(cx).is_pending());
+        assert!(std::pin::pin!(a.numbering()).poll(cx).is_ready());
+        a.numbered(None);
+        assert!(
+            numbering.as_mut().poll(cx).is_pending(),
+            "no number is no number"
+        );
+        a.numbered(Some(3));
+        assert!(numbering.as_mut().poll(cx).is_ready());
+        // Numbered out of that order nonetheless: `c` first; `d` (no number) stays put.
         c.numbered(Some(5));
         b.numbered(Some(6));
         assert_eq!(order(), [a.who, c.who, b.who, d.who]);
-        // `d`, not numbered (a reader), stays where it came; `a` keeps the turn meanwhile.
-        assert!(a.first());
         let woken = Arc::new(Noted(AtomicBool::new(false)));
         let waker = Waker::from(woken.clone());
         let mut turn = std::pin::pin!(c.turn());
@@ -206,7 +276,7 @@ mod tests {
             .as_mut()
             .poll(&mut std::task::Context::from_waker(&waker));
         assert!(pending.is_pending());
-        // The head takes a number after theirs: the turn passes to `c`, which is woken.
+        // The head numbered anew, after theirs: the turn passes to `c`, which is woken.
         a.numbered(Some(7));
         assert_eq!(order(), [c.who, b.who, a.who, d.who]);
         assert!(c.first() && !a.first());

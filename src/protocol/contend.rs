@@ -151,6 +151,9 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     joining: Option<(FileId, Duration)>,
     /// Whether a release may hand the lock to us (not to a task: see `Sleep::runs_alone`).
     handable: bool,
+    /// A reader: whether it had its first look (see [`Contender::first_look`]; one without a
+    /// candidate looks at each round).
+    looked: bool,
 }
 
 impl<S: System> Drop for Contender<'_, '_, S> {
@@ -211,6 +214,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             turned: None,
             joining: None,
             handable: true,
+            looked: !req.options.shared,
         })
     }
 
@@ -538,7 +542,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         if let Some(next) = self.behind_writer()? {
             return Ok(next);
         }
-        if self.c.is_none() {
+        if !self.looked || self.c.is_none() {
+            self.looked = true;
             if let Some(next) = self.first_look()? {
                 return Ok(next);
             }

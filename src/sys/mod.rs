@@ -79,6 +79,15 @@ pub(crate) fn max_variable() -> Option<usize> {
     None
 }
 
+/// The process's limit of open files, where it has one (Unix's `RLIMIT_NOFILE`, the soft
+/// one; Windows has none to speak of).
+pub(crate) fn open_files_limit() -> Option<u64> {
+    #[cfg(unix)]
+    return unix::open_files_limit();
+    #[allow(unreachable_code)]
+    None
+}
+
 /// The real system's open directory.
 pub(crate) type RealDir = <Real as System>::Dir;
 

@@ -72,8 +72,9 @@ impl<S: System> Contender<'_, '_, S> {
         Ok(self.ticket.is_some())
     }
 
-    /// A reader's first round: a shared lock is joined without a candidate (`Some`); any
-    /// other lock, or none, and the reader stages one, to publish as a writer does.
+    /// A reader's first round: a shared lock is joined without publishing (`Some`); any
+    /// other lock, or none, and the reader stages its candidate (unless it did to take a
+    /// number), to publish as a writer does.
     pub(super) fn first_look(&mut self) -> Result<Option<Next<S>>, Error> {
         let (sp, req, me) = (self.sp, self.req, self.me);
         if let Seen::Owned { dir, meta, owner } = sp.observe(req.name)? {
@@ -81,7 +82,9 @@ impl<S: System> Contender<'_, '_, S> {
                 return self.join_readers(dir, meta, owner).map(Some);
             }
         }
-        self.c = Some(stage(sp, req, me)?);
+        if self.c.is_none() {
+            self.c = Some(stage(sp, req, me)?);
+        }
         Ok(None)
     }
 

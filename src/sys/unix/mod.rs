@@ -108,6 +108,17 @@ fn retry<F: FnMut() -> libc::c_int>(mut f: F) -> io::Result<libc::c_int> {
     }
 }
 
+/// The process's limit of open files (the soft one), if it has one.
+pub(crate) fn open_files_limit() -> Option<u64> {
+    // SAFETY: rlimit is plain data; all-zero is valid, and getrlimit overwrites it.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: getrlimit writes one rlimit through a valid pointer.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0;
+    #[allow(clippy::useless_conversion, reason = "rlim_t is not u64 everywhere")]
+    let cur = u64::try_from(r.rlim_cur).ok();
+    cur.filter(|_| ok && r.rlim_cur != libc::RLIM_INFINITY)
+}
+
 /// The size of a memory page.
 #[cfg(target_os = "linux")]
 pub(super) fn page_size() -> usize {

@@ -494,7 +494,7 @@ MUTANTS = [
     ('async-queued-cancel-by-descriptor', 'src/acquire/runtime.rs',
      'match first(bounded, cancelled(cancel)).await {',
      'match first(bounded, async { let _fd = std::fs::File::open("/dev/null"); cancelled(cancel).await }).await {',
-     'async', 'edges::queued_tasks_with_a_cancel_hold_no_descriptor_each'),
+     'async', 'edges::queued_tasks_hold_descriptors_only_near_the_head'),
     ('async-wait-fails-out-of-descriptors', 'src/sys/unix/wait_async.rs',
      '                Err(_) => unregistered = true,',
      '                Err(e) => panic!("out of descriptors: {e}"),',

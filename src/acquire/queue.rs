@@ -49,11 +49,12 @@ impl Seat {
         if !real {
             return Some(Seat { counted: false });
         }
-        let most = seats();
-        let taken = SEATED.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n < most).then_some(n + 1)
-        });
-        taken.ok().map(|_| Seat { counted: true })
+        // (Taken, then given back if there was none: no loop.)
+        if SEATED.fetch_add(1, Ordering::SeqCst) < seats() {
+            return Some(Seat { counted: true });
+        }
+        SEATED.fetch_sub(1, Ordering::SeqCst);
+        None
     }
 }
 

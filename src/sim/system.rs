@@ -305,12 +305,12 @@ impl System for SimSys {
     }
 
     fn rename_noreplace(&self, at: &SimDir, from: &str, to: &str) -> io::Result<Renamed> {
-        let out_of_turn = self.out_of_turn();
         self.call(&format!("rename {from} -> {to}"), |st, slot| {
             check_name(from)?;
             check_name(to)?;
-            let publish = matches!(classify(from), Entry::Candidate { .. });
-            if out_of_turn && publish && matches!(classify(to), Entry::Lock(_)) {
+            let publish = matches!(classify(from), Entry::Candidate { .. })
+                && matches!(classify(to), Entry::Lock(_));
+            if publish && self.out_of_turn() {
                 let task = self.task.get();
                 st.violation(format!(
                     "task {task} of p{slot} published {to} out of turn (only the head of its queue may)"

@@ -32,6 +32,27 @@ fn until_queued(locks: &Locks, want: &[&str]) {
     panic!("the queue is {:?}, never {want:?}", queued(locks));
 }
 
+/// What the tasks of a test note as they are served: their purposes, in turn.
+type Served = Arc<Mutex<Vec<&'static str>>>;
+
+/// Spawns on `rt` a task that takes the lock `request` asks for, notes `purpose` in `served`
+/// once it holds it, holds it for `hold`, and releases it.
+fn spawn_holder(
+    rt: &tokio::runtime::Runtime,
+    request: dirlock::LockRequest,
+    purpose: &'static str,
+    served: &Served,
+    hold: Duration,
+) -> tokio::task::JoinHandle<Result<(), dirlock::Error>> {
+    let served = served.clone();
+    rt.spawn(async move {
+        let guard = request.acquire_async().await?;
+        served.lock().unwrap().push(purpose);
+        tokio::time::sleep(hold).await;
+        guard.release()
+    })
+}
+
 /// A task that waits behind another task of its runtime takes its place in the lock's queue
 /// when it asks, as a thread does (though only the first of the runtime's tasks publishes):
 /// `status` lists task, task, thread in the order they came, and they are served in that
@@ -40,19 +61,14 @@ fn until_queued(locks: &Locks, want: &[&str]) {
 fn a_task_behind_another_keeps_its_place_before_a_thread_that_came_after_it() {
     let (_tmp, dir, _) = setup();
     let locks = Locks::in_dir(&dir).unwrap();
-    let served = Arc::new(Mutex::new(Vec::new()));
+    let served = Served::default();
     let held = locks.named_lock(LOCK).acquire().unwrap();
     let rt = runtime(2);
     let mut tasks = Vec::new();
     for (i, purpose) in ["task 1", "task 2"].into_iter().enumerate() {
         let request = locks.named_lock(LOCK).wait(Wait::Forever).purpose(purpose);
-        let served = served.clone();
-        tasks.push(rt.spawn(async move {
-            let guard = request.acquire_async().await?;
-            served.lock().unwrap().push(purpose);
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            guard.release()
-        }));
+        let hold = Duration::from_millis(5);
+        tasks.push(spawn_holder(&rt, request, purpose, &served, hold));
         until_queued(&locks, &["task 1", "task 2"][..=i]);
     }
     std::thread::scope(|s| {
@@ -80,7 +96,7 @@ fn a_task_behind_another_keeps_its_place_before_a_thread_that_came_after_it() {
 fn a_runtimes_readers_and_writers_keep_their_order() {
     let (_tmp, dir, _) = setup();
     let locks = Locks::in_dir(&dir).unwrap();
-    let served = Arc::new(Mutex::new(Vec::new()));
+    let served = Served::default();
     let held = locks.named_lock(LOCK).acquire().unwrap();
     let rt = runtime(2);
     let order = ["writer 1", "reader 2", "writer 3", "reader 4"];
@@ -91,13 +107,8 @@ fn a_runtimes_readers_and_writers_keep_their_order() {
             true => request.shared(),
             false => request,
         };
-        let served = served.clone();
-        tasks.push(rt.spawn(async move {
-            let guard = request.acquire_async().await?;
-            served.lock().unwrap().push(purpose);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            guard.release()
-        }));
+        let hold = Duration::from_millis(20);
+        tasks.push(spawn_holder(&rt, request, purpose, &served, hold));
         until_queued(&locks, &order[..=i]);
     }
     held.release().unwrap();

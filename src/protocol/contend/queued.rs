@@ -8,7 +8,7 @@ use crate::error::Error;
 use crate::paths::{queue_name, tombstone_name, Waiter as Kind};
 use crate::protocol::queue;
 use crate::protocol::stage::{
-    publish, refresh, restage, stage, unstage, Held, Publish, Staged, REFRESH_AFTER,
+    publish, refresh, restage, unstage, Held, Publish, Staged, REFRESH_AFTER,
 };
 use crate::space::{not_found, remove_tree};
 use crate::sys::System;
@@ -116,15 +116,10 @@ impl<S: System> Contender<'_, '_, S> {
 
     /// Takes a number in the queue now, once: a task that waits behind others of its runtime
     /// (see [`crate::acquire::queue`]). A reader stages its candidate for it (it stages one at
-    /// its first look otherwise); one that cannot is left without a number.
+    /// its first look otherwise), as one about to wait behind a writer does; one that cannot
+    /// is left without a number.
     pub(crate) fn take_number(&mut self) {
-        if self.c.is_none() && !self.fail_fast {
-            match stage(self.sp, self.req, self.me) {
-                Ok(c) => self.c = Some(c),
-                Err(_) => return,
-            }
-        }
-        self.enqueue();
+        let _ = self.take_a_number();
     }
 
     /// Steps out of the way of others while it waits in its runtime's queue: a writer's

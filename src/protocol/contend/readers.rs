@@ -60,8 +60,9 @@ impl<S: System> Contender<'_, '_, S> {
 
     /// A reader about to wait behind a writer, not yet queued, takes a number (staging its
     /// candidate first): it then waits only for the writers queued ahead of it, and goes
-    /// before those that come after it. `true`: it took one, and looks again at once.
-    fn take_a_number(&mut self) -> Result<bool, Error> {
+    /// before those that come after it. `true`: it took one, and looks again at once. (A
+    /// task behind others of its runtime takes one so too: see `Contender::take_number`.)
+    pub(super) fn take_a_number(&mut self) -> Result<bool, Error> {
         if self.ticket.is_some() || self.fail_fast {
             return Ok(false);
         }

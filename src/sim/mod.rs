@@ -140,8 +140,8 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         .map(|i| {
             let b = at(1 + i);
             if let Some(k) = b.checked_sub(240) {
-                // A runtime of two or three tasks (from 252: readers), one of whose
-                // acquisitions may be dropped.
+                // A runtime of two or three tasks (from 248: every other one a reader; from
+                // 252: all), one of whose acquisitions may be dropped.
                 let n = 2 + k % 2;
                 let wait = if k / 2 % 2 == 0 {
                     Wait::Forever
@@ -149,9 +149,10 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
                     Wait::Timeout(Duration::from_secs(3))
                 };
                 let cancel = (k >= 4).then(|| (k % 2, k / 4 * 2 - 1));
-                return match k >= 12 {
-                    true => Script::ReaderTasks { n, wait, cancel },
-                    false => Script::Tasks { n, wait, cancel },
+                return match k / 4 {
+                    3 => Script::ReaderTasks { n, wait, cancel },
+                    2 => Script::MixedTasks { n, wait, cancel },
+                    _ => Script::Tasks { n, wait, cancel },
                 };
             }
             if b >= 224 {
@@ -291,10 +292,12 @@ pub(crate) fn run(cfg: &Config, strategy: &mut dyn Strategy) -> Result<usize, St
         .enumerate()
         .any(|(i, s)| matches!(s, Script::Reference { .. }) && world.lock().procs[i].crashed);
     // Shared locks: acquirable again by a reader too.
-    let readers = cfg
-        .scripts
-        .iter()
-        .any(|s| matches!(s, Script::Reader { .. } | Script::ReaderTasks { .. }));
+    let readers = cfg.scripts.iter().any(|s| {
+        matches!(
+            s,
+            Script::Reader { .. } | Script::ReaderTasks { .. } | Script::MixedTasks { .. }
+        )
+    });
     // (On FUSE too, without no-replace renames: the reclaim guard is then a file made in place,
     // which only this crate makes, and a crash before it is locked leaves it free to take.)
     if !cfg.no_flock && !planted_evidence && !reference_killed {

@@ -31,6 +31,10 @@ pub(crate) enum Script {
     /// published in it (removing a held lock would break any lock; removing everything else,
     /// waiters' candidates included, must break none).
     Cleaner,
+    /// A temp cleaner that removes old entries one by one: removes the waiters' candidates,
+    /// a lock published or not, a few times (each waiter must stage anew and keep its place
+    /// behind those that did not lose theirs).
+    CandidateCleaner,
     /// A worker that forks once it holds the lock: the next process ([`Script::Forked`]) is
     /// its child, with its descriptors (the beacon's flock shared) and a copy of its guard.
     Forker { wait: Wait },
@@ -51,6 +55,13 @@ pub(crate) enum Script {
     /// A runtime of `n` reader tasks, as [`Script::Tasks`]: they read together, each with its
     /// own entry.
     ReaderTasks {
+        n: u8,
+        wait: Wait,
+        cancel: Option<(u8, u8)>,
+    },
+    /// A runtime of `n` tasks, as [`Script::Tasks`], every other one a reader (the first a
+    /// writer): writers and readers of one runtime in one queue.
+    MixedTasks {
         n: u8,
         wait: Wait,
         cancel: Option<(u8, u8)>,
@@ -169,12 +180,20 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
                 );
             }
         }
+        Script::CandidateCleaner => {
+            for _ in 0..3 {
+                sys.call("remove the candidates", |st, _| st.clean_candidates());
+            }
+        }
         Script::Intruder => intrude(sys),
         Script::Planter(plant) => plant_lock(sys, plant),
         Script::Forker { wait } => work(sys, wait, grace, recovery, Some(sys.slot + 1)),
         Script::Forked => forked(sys, grace),
-        Script::Tasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel, false),
-        Script::ReaderTasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel, true),
+        Script::Tasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel, |_| false),
+        Script::ReaderTasks { n, wait, cancel } => tasks(sys, n, wait, grace, cancel, |_| true),
+        Script::MixedTasks { n, wait, cancel } => {
+            tasks(sys, n, wait, grace, cancel, |i| i % 2 == 1)
+        }
         Script::Thread { wait } => {
             for _ in 0..2 {
                 work(sys, wait, grace, recovery, None);
@@ -531,6 +550,23 @@ impl State {
         if let Ok(p) = self.dir_entries_mut(PARENT) {
             p.remove(LOCKS);
         }
+        true
+    }
+
+    /// Removes the candidates in the lock directory (see [`Script::CandidateCleaner`]).
+    pub(crate) fn clean_candidates(&mut self) -> bool {
+        let d = self.d();
+        let Ok(entries) = self.dir_entries_mut(d) else {
+            return false;
+        };
+        let names: Vec<String> = entries
+            .keys()
+            .filter(|n| matches!(classify(n), Entry::Candidate { .. }))
+            .cloned()
+            .collect();
+        let inos = names.iter().filter_map(|n| entries.remove(n)).collect();
+        self.unlink_trees(inos);
+        self.bump(d);
         true
     }
 }

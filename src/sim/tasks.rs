@@ -258,7 +258,7 @@ impl Sleep<SimSys> for SimRuntime<'_> {
 }
 
 /// A process running `n` tasks, each of which takes the lock once (waiting as `wait` says;
-/// `shared`: a reader), holds it across a yield to the others, and releases it. The
+/// task `i` a reader if `shared(i)`), holds it across a yield to the others, and releases it. The
 /// acquisition of task `cancel.0` is dropped at its `cancel.1`-th pending poll, if it gets
 /// that far.
 pub(crate) fn tasks(
@@ -267,7 +267,7 @@ pub(crate) fn tasks(
     wait: Wait,
     grace: Duration,
     cancel: Option<(u8, u8)>,
-    shared: bool,
+    shared: fn(usize) -> bool,
 ) {
     let rt = SimRuntime {
         sys,
@@ -285,8 +285,10 @@ pub(crate) fn tasks(
     let mut futures: Vec<Option<Pin<Box<dyn Future<Output = ()> + '_>>>> = (0..n as usize)
         .map(|i| {
             let (rt, acquiring) = (&rt, &acquiring[i]);
-            Some(Box::pin(task(sys, rt, i, wait, grace, acquiring, shared))
-                as Pin<Box<dyn Future<Output = ()>>>)
+            Some(
+                Box::pin(task(sys, rt, i, wait, grace, acquiring, shared(i)))
+                    as Pin<Box<dyn Future<Output = ()>>>,
+            )
         })
         .collect();
     let mut pending = vec![0u8; n as usize];

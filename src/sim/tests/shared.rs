@@ -90,8 +90,9 @@ fn readers_beside_a_writer_exhaustively_within_bounds() {
 /// with and without `flock`, with lost notifications and without pidfd, with conversions in
 /// two steps (Windows), and beside
 /// everything else: a runtime of tasks, a runtime of reader tasks with a writer thread beside
-/// them, another thread, a sweeper, a temp cleaner, an operator's unlock, a prober and the
-/// reference implementation.
+/// them, a runtime of readers and writers mixed, another thread, a sweeper, temp cleaners (of
+/// the directory, of the candidates), an operator's unlock, a prober and the reference
+/// implementation.
 #[test]
 fn random_schedules_of_readers_writers_and_the_reference() {
     let t3 = Wait::Timeout(Duration::from_secs(3));
@@ -139,6 +140,16 @@ fn random_schedules_of_readers_writers_and_the_reference() {
             reader(1, forever, 0),
             writer(forever),
             Script::Cleaner,
+        ],
+        vec![
+            Script::MixedTasks {
+                n: 4,
+                wait: forever,
+                cancel: Some((2, 2)),
+            },
+            reader(2, forever, 0),
+            writer(t3),
+            Script::CandidateCleaner,
         ],
     ];
     let mut steps = 0;
@@ -194,7 +205,8 @@ fn the_record_of_long_reads_stays_fresh_for_the_reference() {
 /// The shapes of the soak below, without crashes: 0, two readers and two writers (one writing
 /// three times); 1, with timeouts and `sweep --grace 0`; 2, failing fast, with a temp cleaner
 /// and an unlock; 3, beside another thread, a runtime of tasks and the reference; 4, three
-/// readers and two writers.
+/// readers and two writers; 5, a runtime of writer and reader tasks beside a reader, writers and
+/// a temp cleaner that removes the waiters' candidates under a held lock.
 fn shape(n: u64) -> Config {
     let forever = Wait::Forever;
     let t3 = Wait::Timeout(Duration::from_secs(3));
@@ -237,12 +249,23 @@ fn shape(n: u64) -> Config {
                 tries: 5,
             },
         ],
+        4 => vec![
+            reader(3, forever, 0),
+            reader(3, forever, 0),
+            reader(3, forever, 0),
+            writer(forever),
+            writer(forever),
+        ],
         _ => vec![
+            Script::MixedTasks {
+                n: 4,
+                wait: forever,
+                cancel: None,
+            },
             reader(3, forever, 0),
-            reader(3, forever, 0),
-            reader(3, forever, 0),
-            writer(forever),
-            writer(forever),
+            more(2),
+            more(2),
+            Script::CandidateCleaner,
         ],
     };
     let mut cfg = config(scripts, Mutant::None);
@@ -309,7 +332,7 @@ fn regressions_of_shared_locks() {
     }
 }
 
-/// Random schedules of readers beside writers, of shape `SHAPE` (0 to 4, see [`shape`]), seeds
+/// Random schedules of readers beside writers, of shape `SHAPE` (0 to 5, see [`shape`]), seeds
 /// `FROM` to `SEEDS`, with `CRASHES` per process, without `flock` when `NO_FLOCK=1`, with
 /// conversions in two steps when `SPLIT=1`:
 /// `SHAPE=1 CRASHES=1 SEEDS=20000 cargo test --release --lib sim::tests::shared::soak -- --ignored`.

@@ -177,14 +177,17 @@ fn hundred_tasks_with_few_files() {
 #[cfg(unix)]
 #[test]
 fn a_process_short_of_files_serves_all_its_waiting_tasks() {
+    alone("order::hundred_tasks_with_few_files", "ulimit -n 64 && ");
+}
+
+/// Runs the ignored test `name` alone in a process of its own (`limit`: a shell command run
+/// before it), so that the process's budget of places on disk is its own; fails if it fails.
+#[cfg(unix)]
+fn alone(name: &str, limit: &str) {
     let mut cmd = std::process::Command::new("sh");
-    cmd.args(["-c", "ulimit -n 64 && exec \"$0\" \"$@\" 2>&1"])
+    cmd.args(["-c", &format!("{limit}exec \"$0\" \"$@\" 2>&1")])
         .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "order::hundred_tasks_with_few_files",
-            "--ignored",
-        ])
+        .args(["--exact", name, "--ignored"])
         .args(["--nocapture", "--test-threads=1"])
         .stdout(std::process::Stdio::piped());
     let child = portable::Holder::adopt(cmd.spawn().unwrap());
@@ -194,4 +197,47 @@ fn a_process_short_of_files_serves_all_its_waiting_tasks() {
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// Run by the test below, alone in its process: 34 tasks wait for a lock this thread holds.
+/// The first 32 take their places in the lock's queue at once, the last two hold none (they
+/// are not near the head). Once two tasks ahead leave, the last two have come near the head,
+/// and take their places before their turn: `status` lists them.
+#[cfg(unix)]
+#[test]
+#[ignore = "run by tasks_that_come_near_the_head_take_their_places, alone in a process"]
+fn tasks_coming_near_the_head() {
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let held = locks.named_lock(LOCK).acquire().unwrap();
+    let rt = runtime(2);
+    let names: Vec<String> = (1..=34).map(|i| format!("task {i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut tasks = Vec::new();
+    for (i, purpose) in names.iter().enumerate() {
+        let request = locks.named_lock(LOCK).wait(Wait::Forever).purpose(*purpose);
+        tasks.push(rt.spawn(async move { request.acquire_async().await?.release() }));
+        match i < 32 {
+            true => until_queued(&locks, &names[..=i]),
+            false => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    assert_eq!(queued(&locks), names[..32], "only 32 near the head");
+    for t in tasks.drain(..2) {
+        t.abort();
+    }
+    until_queued(&locks, &names[2..]);
+    held.release().unwrap();
+    for t in tasks {
+        rt.block_on(within(30, t)).unwrap().unwrap();
+    }
+    assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+/// A task that comes near the head of its runtime's queue (those ahead leave) takes its place
+/// in the lock's queue then, before its turn.
+#[cfg(unix)]
+#[test]
+fn tasks_that_come_near_the_head_take_their_places() {
+    alone("order::tasks_coming_near_the_head", "");
 }

@@ -125,7 +125,7 @@ pub(crate) struct Config {
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
 /// mirror): the first bytes choose 2 to 4 processes and their scripts (a byte from 240 up: a
-/// runtime of tasks, readers from 252; from 224, a prober, slow at odd bytes; from 208, another thread of the process before;
+/// runtime of tasks, every other one a reader from 248, all from 252; from 224, a prober, slow at odd bytes; from 208, another thread of the process before;
 /// from 204, the reference implementation; from 192, a reader) and whether flock works (or an
 /// intruder's empty directory), the rest drive every scheduling decision and crash.
 ///
@@ -220,6 +220,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
                 }),
                 8 => Script::Observer,
                 9 => Script::SweeperNow,
+                10 if b / 12 % 2 == 1 => Script::CandidateCleaner,
                 _ => Script::Cleaner,
             }
         })

@@ -32,8 +32,8 @@ pub(crate) enum Script {
     /// waiters' candidates included, must break none).
     Cleaner,
     /// A temp cleaner that removes old entries one by one: removes the waiters' candidates,
-    /// a lock published or not, a few times (each waiter must stage anew and keep its place
-    /// behind those that did not lose theirs).
+    /// a lock published or not, a few times (each waiter must stage anew; the invariants hold
+    /// as they do beside any script).
     CandidateCleaner,
     /// A worker that forks once it holds the lock: the next process ([`Script::Forked`]) is
     /// its child, with its descriptors (the beacon's flock shared) and a copy of its guard.

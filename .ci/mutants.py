@@ -398,7 +398,9 @@ MUTANTS = [
     ('sim-dropped-acquisition-keeps-its-candidate', 'src/protocol/contend.rs',
      '        if let Some(c) = self.c.take() {\n            self.give_up_candidate(c);\n        }\n        self.withdraw();',
      '        if let Some(c) = self.c.take() {\n            drop(c);\n        }\n        self.withdraw();',
-     'lib', 'sim::tests::tasks_beside_a_worker_exhaustively_within_bounds'),
+     # (The exhaustive search of tasks beside a worker finds it too, but unoptimized only
+     # after more than the time limit of one test: CI could not judge it there.)
+     'lib', 'sim::tests::random_schedules_of_tasks_and_processes'),
     ('async-queue-per-process', 'src/acquire/runtime.rs',
      'let key = (self.0, dir, name.to_owned());',
      'let key = ({ static FIRST: std::sync::OnceLock<tokio::runtime::Id> = std::sync::OnceLock::new(); *FIRST.get_or_init(|| self.0) }, dir, name.to_owned());',

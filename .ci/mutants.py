@@ -754,8 +754,8 @@ MUTANTS = [
      "cli", "shared::a_nested_shared_run_of_its_parents_lock_is_refused"),
     # Issue 22: the queue and the handoff.
     ("queue-hands-to-the-last-waiter", "src/protocol/queue.rs",
-     "    entries.sort_by_key(|q| q.number);\n    Ok(entries)",
-     "    entries.sort_by_key(|q| std::cmp::Reverse(q.number));\n    Ok(entries)",
+     "    entries.sort_by_key(|q| q.number);\n    entries\n",
+     "    entries.sort_by_key(|q| std::cmp::Reverse(q.number));\n    entries\n",
      "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
     # (No mutant for the unqueued give-up's shortcut, `if !self.queued`: taking the queued
     # way instead, a rename to a tombstone and a look, is one rename slower and as safe. It
@@ -770,6 +770,15 @@ MUTANTS = [
      "lib", ["sim::tests::a_waiter_on_a_pid_judged_holder_wakes_when_it_dies",
              "sim::tests::lost_notifications_never_wedge_a_waiter"]),
 
+    # The handoff on a real filesystem: the waiter holds the lock when the release returns.
+    ("queue-listed-on-the-way-to-the-handoff-as-empty", "src/sys/unix/mod.rs",
+     "        names(|each| linux::list_opened(dir, each))",
+     "        let _ = dir;\n        Ok(Vec::new())",
+     "it", "queue::a_release_hands_the_lock_to_a_stopped_waiter"),
+    ("handoff-without-the-exchange", "src/sys/unix/mod.rs",
+     "        platform::exchange(at, a, b)",
+     "        let _ = (at, a, b);\n        Err(no_exchange())",
+     "it", "queue::a_release_hands_the_lock_to_a_stopped_waiter"),
     ("queue-left-to-the-dead-stays", "src/protocol/mod.rs",
      "            queue::remove_if_empty(sp, name); // emptied of dead waiters",
      "            let _ = queued;",

@@ -365,13 +365,14 @@ fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
 
 /// The waiters' entries in `queue`, first come first (what is not an entry left out).
 pub(crate) fn in_order<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Vec<Queued>> {
-    let mut entries: Vec<Queued> = sys
-        .list(queue)?
-        .iter()
-        .filter_map(|n| Queued::parse(n))
-        .collect();
+    sys.list(queue).map(ordered)
+}
+
+/// The entries among `names`, first come first.
+fn ordered(names: Vec<String>) -> Vec<Queued> {
+    let mut entries: Vec<Queued> = names.iter().filter_map(|n| Queued::parse(n)).collect();
     entries.sort_by_key(|q| q.number);
-    Ok(entries)
+    entries
 }
 
 /// Whether a live writer (a thread's or a task's entry) waits in `NAME`'s queue, or one cannot
@@ -397,7 +398,11 @@ pub(crate) fn remove_if_spent<S: System>(sp: &Space<S>, lock: &str) {
     let Ok(queue) = sp.sys.open_dir_at(sp.dir, &queue_name(lock)) else {
         return;
     };
-    if sp.sys.list(&queue).is_ok_and(|names| names == [TURN_FILE]) {
+    if sp
+        .sys
+        .list_opened(&queue)
+        .is_ok_and(|names| names == [TURN_FILE])
+    {
         remove_tree(sp.sys, &queue, TURN_FILE);
         drop(queue); // first: an open directory cannot be removed on Windows
         remove_if_empty(sp, lock);
@@ -461,7 +466,7 @@ pub(crate) fn hand_over<S: System>(
     keep: &mut Vec<S::Dir>,
 ) -> Option<String> {
     let queue = sp.sys.open_dir_at(sp.dir, &queue_name(lock)).ok()?;
-    let names = in_order(sp.sys, &queue).ok()?;
+    let names = ordered(sp.sys.list_opened(&queue).ok()?);
     let mut tries = 0;
     let mut handed = None;
     let (mut alone, mut turned) = (true, None);

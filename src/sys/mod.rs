@@ -354,6 +354,12 @@ pub trait System: Clock {
     /// The names in a directory (without `.` and `..`, and without names that are not UTF-8:
     /// the protocol makes none, and leaves them alone).
     fn list(&self, dir: &Self::Dir) -> io::Result<Vec<String>>;
+    /// [`System::list`] of a directory the caller just opened for it, and lists once: where the
+    /// platform can, `dir`'s own stream is read (no descriptor opened and closed for it: a
+    /// release lists the queue on its way to the handoff). Listed again, it would be empty.
+    fn list_opened(&self, dir: &Self::Dir) -> io::Result<Vec<String>> {
+        self.list(dir)
+    }
     /// `flock` without blocking: `Ok(true)` when taken, `Ok(false)` when someone else holds a
     /// conflicting lock. A lock held through `dir` already is converted: in one step where the
     /// kernel does so (Linux; elsewhere it is let go first), and, not granted, let go.

@@ -2,7 +2,7 @@
 //! left with nothing behind by a waiter that gives up.
 
 use crate::common::*;
-use dirlock::{Error, Wait};
+use dirlock::{Error, State, Wait};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -384,6 +384,72 @@ fn endless_handoffs_leave_the_lock_free_now_and_then() {
     );
     // The last release out removed the queue, and the file that says when it gave a turn.
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
+/// A release hands the lock to the first waiter in one step, where the filesystem exchanges
+/// names (Linux, macOS): a waiter stopped (`SIGSTOP`) while it waits, which cannot take a free
+/// lock itself, holds the lock as soon as `release` returns, and finds it its own when it goes
+/// on. (Where names are not exchanged, the lock would be free until the waiter runs.)
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[test]
+fn a_release_hands_the_lock_to_a_stopped_waiter() {
+    let fx = Fixture::new();
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "queue::waiting_process", "--ignored", "--quiet"])
+        .env("DIRLOCK_QUEUE_WORKER_DIR", fx.dir())
+        .stdout(std::process::Stdio::null());
+    let mut child = ChildGuard::spawn(cmd);
+    assert!(
+        eventually(Duration::from_secs(30), || queued(&fx) == ["stopped"]),
+        "the waiting process never queued: {:?}",
+        queued(&fx)
+    );
+    let signal = |sig: &str| {
+        let pid = child.id().to_string();
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status();
+        assert!(status.unwrap().success(), "kill {sig} {pid} failed");
+    };
+    signal("-STOP");
+    held.release().unwrap();
+    let st = fx.locks.named_lock(LOCK).status().unwrap();
+    let holder = st.owner.as_ref().map(|o| (o.pid, o.purpose.clone()));
+    signal("-CONT");
+    assert_eq!(
+        (st.state, holder),
+        (State::Held, Some((child.id(), Some("stopped".to_owned())))),
+        "when the release returned, the lock was not the stopped waiter's (is {} a filesystem \
+         that exchanges names?)",
+        fx.dir().display()
+    );
+    let status = child
+        .wait_for(Duration::from_secs(60))
+        .expect("the waiter wedged");
+    assert!(status.success(), "the waiter failed: {status}");
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
+/// The waiter of [`a_release_hands_the_lock_to_a_stopped_waiter`]: takes [`LOCK`] in
+/// `DIRLOCK_QUEUE_WORKER_DIR` (purpose `stopped`), however long it waits, and releases it.
+#[test]
+#[ignore = "a waiter, started by the test of a handoff to a stopped waiter"]
+fn waiting_process() {
+    let Some(dir) = std::env::var_os("DIRLOCK_QUEUE_WORKER_DIR") else {
+        return;
+    };
+    let locks = dirlock::Locks::in_dir(std::path::PathBuf::from(dir)).unwrap();
+    let request = locks
+        .named_lock(LOCK)
+        .wait(Wait::Forever)
+        .purpose("stopped");
+    let held = request.acquire().unwrap();
+    assert!(
+        held.reclaimed_from().is_none(),
+        "the handed lock was reclaimed"
+    );
+    held.release().unwrap();
 }
 
 /// A process running [`queue_worker`] in `fx`'s lock directory, until `stop` exists (at most a

@@ -64,11 +64,17 @@ pub(super) fn exchange(at: &OwnedFd, a: &str, b: &str) -> io::Result<()> {
     })
 }
 
-/// The names in the directory open at `fresh` (a descriptor of the caller's own: its offset
-/// moves), each passed to `each`, read with `getdents64` straight into a buffer of our own:
-/// two calls for a small directory, where the C library's stream (`fdopendir`) adds an
-/// `fstat` and two `fcntl`s (a release lists the queue on its way to the handoff).
+/// The names in the directory open at `fresh` (see [`list_opened`]).
 pub(super) fn list(fresh: OwnedFd, each: &mut dyn FnMut(&[u8])) -> io::Result<()> {
+    list_opened(&fresh, each)
+}
+
+/// The names in the directory open at `fresh` (a descriptor of the caller's own, not read
+/// yet: its offset moves), each passed to `each`, read with `getdents64` straight into a
+/// buffer of our own: two calls for a small directory, where the C library's stream
+/// (`fdopendir`) adds an `fstat` and two `fcntl`s (a release lists the queue on its way to the
+/// handoff).
+pub(super) fn list_opened(fresh: &OwnedFd, each: &mut dyn FnMut(&[u8])) -> io::Result<()> {
     // Room for about a hundred entries of the protocol's names per call; more take more calls.
     let mut buf = vec![0u8; 8192];
     loop {

@@ -423,17 +423,12 @@ impl System for Real {
     fn list(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {
         // A fresh descriptor, so that the directory stream's offset is our own.
         let fresh = self.open_dir_at(dir, ".")?;
-        let mut names = Vec::new();
-        platform::list(fresh, &mut |bytes| {
-            // The protocol names everything it makes in ASCII: a name that is not UTF-8 is not
-            // ours, and a lossy copy of it would name nothing (or something else).
-            if bytes != b"." && bytes != b".." {
-                if let Ok(name) = std::str::from_utf8(bytes) {
-                    names.push(name.to_owned());
-                }
-            }
-        })?;
-        Ok(names)
+        names(|each| platform::list(fresh, each))
+    }
+
+    #[cfg(target_os = "linux")]
+    fn list_opened(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {
+        names(|each| linux::list_opened(dir, each))
     }
 
     fn try_lock(&self, dir: &OwnedFd, exclusive: bool) -> io::Result<bool> {
@@ -579,4 +574,20 @@ pub(crate) fn keep_open_in_child(cmd: &mut std::process::Command, fd: RawFd) {
             Ok(())
         });
     }
+}
+
+/// The names a platform's listing passes (see [`System::list`]): without `.` and `..`, and
+/// without those that are not UTF-8.
+fn names(list: impl FnOnce(&mut dyn FnMut(&[u8])) -> io::Result<()>) -> io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    list(&mut |bytes| {
+        // The protocol names everything it makes in ASCII: a name that is not UTF-8 is not
+        // ours, and a lossy copy of it would name nothing (or something else).
+        if bytes != b"." && bytes != b".." {
+            if let Ok(name) = std::str::from_utf8(bytes) {
+                names.push(name.to_owned());
+            }
+        }
+    })?;
+    Ok(names)
 }

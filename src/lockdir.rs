@@ -91,8 +91,8 @@ enum Role {
 /// to a directory that others share.
 const USE_A_PRIVATE_ONE: &str = "a lock directory must be one that only you can write (others may read it): use your own lock namespace under the temporary directory, or a directory only you can write (a missing one is made with mode 700)";
 
-/// Creates (mode exactly 0700) or opens the private directory `name` in `parent`.
-/// Without `create`, a missing one is `None`. With it, the group that shares it (see
+/// Creates (mode exactly 0700) or opens the private directory `name` in `parent`, with its
+/// identity. Without `create`, a missing one is `None`. With it, the group that shares it (see
 /// [`shared_group`]), if any.
 fn open_private(
     parent: &RealDir,
@@ -101,7 +101,7 @@ fn open_private(
     uid: u32,
     role: Role,
     create: bool,
-) -> Result<Option<(RealDir, Option<u32>)>, Error> {
+) -> Result<Option<(RealDir, FileId, Option<u32>)>, Error> {
     let sys = Real;
     let path = parent_path.join(name);
     let Some((dir, created)) = open_or_make(parent, name, &path, create)? else {
@@ -120,7 +120,7 @@ fn open_private(
         sys.set_mode(&dir, 0o700)
             .map_err(|e| Error::io("set the mode of the lock directory", &path, e))?;
     }
-    Ok(Some((dir, shared)))
+    Ok(Some((dir, meta.id, shared)))
 }
 
 /// Opens directory `name` in `parent` (at `path`), made first if `create`, and whether this
@@ -266,7 +266,7 @@ fn open_origin(
     origin: &Origin,
     uid: u32,
     create: bool,
-) -> Result<Option<(RealDir, Option<u32>)>, Error> {
+) -> Result<Option<(RealDir, FileId, Option<u32>)>, Error> {
     match origin {
         Origin::App { temp, app } => {
             let tmp = open_parent(
@@ -276,7 +276,7 @@ fn open_origin(
                 "open the temporary directory",
             )?;
             let base_name = crate::sys::base_name(app, uid);
-            let Some((base, _)) =
+            let Some((base, _, _)) =
                 open_private(&tmp, temp, &base_name, uid, Role::Namespace, create)?
             else {
                 return Ok(None);
@@ -355,15 +355,11 @@ impl LockDir {
         if let Some((dir, id)) = slot.as_ref().filter(|(d, _)| !Real.unlinked(d)) {
             return Ok(Some((dir.clone(), *id)));
         }
-        let Some((dir, group)) = open_origin(&self.origin, self.uid, create)? else {
+        let Some((dir, id, group)) = open_origin(&self.origin, self.uid, create)? else {
             return Ok(None);
         };
         self.shared
             .store(group.unwrap_or(NOT_SHARED), Ordering::Relaxed);
-        let id = Real
-            .meta(&dir)
-            .map_err(|e| Error::io("inspect the lock directory", &self.path, e))?
-            .id;
         let opened = (Arc::new(dir), id);
         *slot = Some(opened.clone());
         Ok(Some(opened))

@@ -413,6 +413,17 @@ fn a_release_hands_the_lock_to_a_stopped_waiter() {
         assert!(status.unwrap().success(), "kill {sig} {pid} failed");
     };
     signal("-STOP");
+    let stopped = || {
+        let pid = child.id().to_string();
+        let ps = std::process::Command::new("ps")
+            .args(["-o", "stat=", "-p", &pid])
+            .output();
+        ps.is_ok_and(|o| o.stdout.trim_ascii_start().starts_with(b"T"))
+    };
+    assert!(
+        eventually(Duration::from_secs(10), stopped),
+        "the waiter never stopped"
+    );
     held.release().unwrap();
     let st = fx.locks.named_lock(LOCK).status().unwrap();
     let holder = st.owner.as_ref().map(|o| (o.pid, o.purpose.clone()));

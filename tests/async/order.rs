@@ -181,7 +181,8 @@ fn a_process_short_of_files_serves_all_its_waiting_tasks() {
 }
 
 /// Runs the ignored test `name` alone in a process of its own (`limit`: a shell command run
-/// before it), so that the process's budget of places on disk is its own; fails if it fails.
+/// before it), so that the process's budget of places on disk is its own; fails if it fails
+/// or does not run.
 #[cfg(unix)]
 fn alone(name: &str, limit: &str) {
     let mut cmd = std::process::Command::new("sh");
@@ -192,10 +193,12 @@ fn alone(name: &str, limit: &str) {
         .stdout(std::process::Stdio::piped());
     let child = portable::Holder::adopt(cmd.spawn().unwrap());
     let out = child.output();
+    let out_text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out_text}");
+    // A name that no longer matches runs nothing, and passes.
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
+        out_text.contains("1 passed"),
+        "{name} did not run: {out_text}"
     );
 }
 

@@ -3,7 +3,7 @@
 //! behind, and the skip rule for tests that need more than the Rust toolchain.
 #![allow(dead_code)]
 
-mod sys;
+pub mod sys;
 use dirlock::Locks;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};

@@ -57,3 +57,22 @@ pub fn owned(cmd: &mut Command) -> &mut Command {
         })
     }
 }
+
+/// Whether process `pid` is stopped: state `T` (or `t`, stopped under a tracer) in
+/// `/proc/PID/stat` on Linux, which an unprivileged user without procps reads too; `ps`
+/// elsewhere.
+pub fn stopped(pid: u32) -> bool {
+    if cfg!(target_os = "linux") {
+        // The state follows the command name, in parentheses that it may itself contain.
+        let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let after = stat
+            .iter()
+            .rposition(|&b| b == b')')
+            .map_or(&[][..], |i| &stat[i + 1..]);
+        return matches!(after.trim_ascii_start().first(), Some(b'T' | b't'));
+    }
+    let ps = std::process::Command::new("ps")
+        .args(["-o", "stat=", "-p", &pid.to_string()])
+        .output();
+    ps.is_ok_and(|o| o.stdout.trim_ascii_start().starts_with(b"T"))
+}

@@ -2,7 +2,7 @@
 //! left with nothing behind by a waiter that gives up.
 
 use crate::common::*;
-use dirlock::{Error, State, Wait};
+use dirlock::{Error, Wait};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -405,32 +405,31 @@ fn a_release_hands_the_lock_to_a_stopped_waiter() {
         "the waiting process never queued: {:?}",
         queued(&fx)
     );
-    let signal = |sig: &str| {
-        let pid = child.id().to_string();
-        let status = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status();
-        assert!(status.unwrap().success(), "kill {sig} {pid} failed");
-    };
-    signal("-STOP");
-    let stopped = || {
-        let pid = child.id().to_string();
-        let ps = std::process::Command::new("ps")
-            .args(["-o", "stat=", "-p", &pid])
-            .output();
-        ps.is_ok_and(|o| o.stdout.trim_ascii_start().starts_with(b"T"))
-    };
     assert!(
-        eventually(Duration::from_secs(10), stopped),
+        signal(child.id(), libc::SIGSTOP),
+        "SIGSTOP to the waiter failed"
+    );
+    // kill(2) returns before the stop takes effect: a waiter still running could take a free
+    // lock itself, and a release that handed nothing on would pass.
+    assert!(
+        eventually(Duration::from_secs(10), || crate::common::sys::stopped(
+            child.id()
+        )),
         "the waiter never stopped"
     );
     held.release().unwrap();
     let st = fx.locks.named_lock(LOCK).status().unwrap();
     let holder = st.owner.as_ref().map(|o| (o.pid, o.purpose.clone()));
-    signal("-CONT");
+    assert!(
+        signal(child.id(), libc::SIGCONT),
+        "SIGCONT to the waiter failed"
+    );
     assert_eq!(
         (st.state, holder),
-        (State::Held, Some((child.id(), Some("stopped".to_owned())))),
+        (
+            dirlock::State::Held,
+            Some((child.id(), Some("stopped".to_owned())))
+        ),
         "when the release returned, the lock was not the stopped waiter's (is {} a filesystem \
          that exchanges names?)",
         fx.dir().display()

@@ -76,3 +76,35 @@ pub fn stopped(pid: u32) -> bool {
         .output();
     ps.is_ok_and(|o| o.stdout.trim_ascii_start().starts_with(b"T"))
 }
+
+/// Whether the filesystem of directory `dir` exchanges two names in one step
+/// (`renameat2(RENAME_EXCHANGE)` on Linux, `renamex_np(RENAME_SWAP)` on macOS), tried on two
+/// directories made in it and removed again. Not where the kernel or the filesystem (NFS, most
+/// FUSE) cannot.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+pub fn exchanges_names(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let probe = tempfile::tempdir_in(dir).unwrap();
+    let [a, b] = ["a", "b"].map(|n| probe.path().join(n));
+    for d in [&a, &b] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let [a, b] = [a, b].map(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap());
+    #[cfg(target_os = "linux")]
+    // SAFETY: both names are NUL-terminated strings that outlive the call; renameat2 reads them
+    // and keeps no pointer.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    } == 0;
+    #[cfg(target_os = "macos")]
+    // SAFETY: as above, for renamex_np.
+    let done = unsafe { libc::renamex_np(a.as_ptr(), b.as_ptr(), libc::RENAME_SWAP) } == 0;
+    done
+}

@@ -1,5 +1,5 @@
 //! Signals: any that would end `dirlock run` abandons a wait and runs nothing; one that comes
-//! while the command starts is not lost.
+//! while the command starts is not lost; once it runs, they reach it, after a wait too.
 
 use crate::common::*;
 use crate::{dirlock_in, BIN};
@@ -151,5 +151,43 @@ fn ctrl_c_while_the_command_starts_is_not_lost() {
     assert!(
         !out.contains("finished"),
         "the command ran to its end: {out:?}"
+    );
+}
+
+/// Once the command runs, a signal another process sends `dirlock run` reaches it after a wait
+/// too (the waiting thread and the handler that relays them take the same turns); the lock is
+/// released after the command exits.
+#[test]
+fn a_signal_reaches_the_command_after_a_wait() {
+    let fx = Fixture::new();
+    let (ready, got) = (fx.tmp.path().join("ready"), fx.tmp.path().join("got"));
+    let holder = Holder::start(fx.dir(), &["--lock", "s.lock"]);
+    let script = format!(
+        "trap 'echo term > {}; exit 5' TERM; echo > {}; while :; do sleep 0.02; done",
+        got.display(),
+        ready.display()
+    );
+    let mut run = ChildGuard::spawn(
+        dirlock_in(
+            fx.dir(),
+            &["run", "--lock", "s.lock", "--", "sh", "-c", &script],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null()),
+    );
+    assert!(eventually(Duration::from_secs(20), || fx
+        .entries()
+        .iter()
+        .any(|e| e.contains(".candidate."))));
+    holder.release();
+    assert!(eventually(Duration::from_secs(20), || ready.exists()));
+    assert!(signal(run.0.id(), libc::SIGTERM));
+    let status = run.wait_for(Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(5), "the command's trap");
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "term\n");
+    assert_eq!(
+        fx.entries(),
+        Vec::<String>::new(),
+        "released after the command exited"
     );
 }

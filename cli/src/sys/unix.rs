@@ -75,13 +75,13 @@ fn forwarded_set() -> libc::sigset_t {
     set
 }
 
-/// Makes the signals of [`FORWARDED`] that the caller did not make ignored reach
-/// [`on_signals`] rather than their default actions. Call it first thing in `main`, before any
-/// thread exists. Spawn children with [`unblock_forwarded_in_child`].
+/// Holds back the signals of [`FORWARDED`] that the caller did not make ignored from their
+/// default actions, for [`on_signals`], [`take_pending`] or [`relay_starting`]. Call it first
+/// thing in `main`, before any thread exists. Spawn children with [`unblock_forwarded_in_child`].
 ///
 /// Where `sigwaitinfo` exists (Linux, FreeBSD) the signals are blocked in the calling thread
-/// (and every thread it starts later) and a thread of [`on_signals`] takes them. On macOS a
-/// handler records each one (signal and sender) in a pipe that the thread reads.
+/// (and every thread it starts later). On macOS a handler records each one (signal and
+/// sender) in a pipe.
 ///
 /// # Errors
 ///

@@ -5,9 +5,10 @@
 //!
 //! Environment: `BENCH_QUICK=1` for a short run; `BENCH_SCALE=0` to skip the 100,000-entry
 //! scale runs. On Unix the command's own cost against flock(1) follows (`command`: see
-//! `command.rs`), then the asynchronous acquisition's sections (`async`, `herd`, `contention`,
-//! `fairness`), on tmpfs (see `tasks.rs`), shared locks' (`shared`: see `shared.rs`), and the
-//! turn left to those that do not queue (`turns`: see `turns.rs`).
+//! `command.rs`), then the asynchronous acquisition's sections (`async`, `herd`, `contention`),
+//! on tmpfs (see `tasks.rs`), fairness between processes and the order of service (`fairness`:
+//! see `order.rs`), shared locks' (`shared`: see `shared.rs`), and the turn left to those that
+//! do not queue (`turns`: see `turns.rs`).
 //!
 //! On Windows (run under Wine in `.ci/run`'s manner: see `windows.rs`), the uncontended cycle
 //! and the handoff between two threads, beside `LockFileEx` as the kernel's floor: a sanity
@@ -21,6 +22,8 @@ mod platform;
 #[cfg(windows)]
 #[path = "windows.rs"]
 mod platform;
+#[cfg(unix)]
+mod order;
 #[cfg(unix)]
 mod shared;
 #[cfg(unix)]

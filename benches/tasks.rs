@@ -8,10 +8,12 @@ use dirlock::{Locks, Wait};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering::SeqCst;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::order::{now_ns, Turn};
 use super::{median, pct, quick};
 
 const LOCK: &str = "a.lock";
@@ -113,13 +115,14 @@ pub fn once(dir: &Path, asynchronous: bool) {
 }
 
 /// How long the contention section's two processes cycle.
-fn contention_time() -> Duration {
+pub(crate) fn contention_time() -> Duration {
     Duration::from_secs(if quick() { 1 } else { 10 })
 }
 
 /// `--contend DIR blocking|async N`: says `ready`, and at a line on stdin, N threads (or N
 /// tasks on one thread) take and release the lock for [`contention_time`]; prints how many
-/// acquisitions they made.
+/// acquisitions they made and the longest wait, then (threads) each acquisition's [`Turn`], a
+/// line each, and an empty line.
 pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
     let locks = Locks::in_dir(dir).unwrap();
     println!("ready");
@@ -128,6 +131,7 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
     let end = Instant::now() + contention_time();
     let count = Arc::new(AtomicUsize::new(0));
     let longest = Arc::new(AtomicUsize::new(0));
+    let turns = std::sync::Mutex::new(Vec::new());
     let left = move || end.saturating_duration_since(Instant::now());
     if asynchronous {
         runtime().block_on(async {
@@ -159,11 +163,20 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
             for _ in 0..n {
                 s.spawn(|| {
                     while left() > Duration::ZERO {
-                        let t0 = Instant::now();
-                        if let Ok(g) = locks.named_lock(LOCK).wait(left()).acquire() {
+                        let (t0, since) = (Instant::now(), now_ns());
+                        let told = Arc::new(AtomicU64::new(0));
+                        let tell = told.clone();
+                        let req = locks.named_lock(LOCK).wait(left()).on_wait(move |_| {
+                            let _ = tell.compare_exchange(0, now_ns(), SeqCst, SeqCst);
+                        });
+                        if let Ok(g) = req.acquire() {
+                            let taken = now_ns();
                             longest.fetch_max(t0.elapsed().as_micros() as usize, Ordering::Relaxed);
+                            let (told, left) = (told.load(SeqCst), now_ns());
                             g.release().unwrap();
                             count.fetch_add(1, Ordering::Relaxed);
+                            let turn = Turn { who: 0, since, told, taken, left };
+                            turns.lock().unwrap().push(turn);
                         }
                     }
                 });
@@ -175,6 +188,10 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
         count.load(Ordering::Relaxed),
         longest.load(Ordering::Relaxed)
     );
+    for t in turns.into_inner().unwrap() {
+        println!("{} {} {} {}", t.since, t.told, t.taken, t.left);
+    }
+    println!();
 }
 
 /// Two processes contend for one lock, each with blocking threads or tasks: how many
@@ -218,8 +235,8 @@ fn contention(root: &Path) {
 }
 
 /// Starts one `--contend` process per `(kind, n)`, lets them go together, and returns what each
-/// printed: its acquisitions and its longest single wait (µs).
-fn contend_in_processes(dir: &Path, who: &[(&str, usize)]) -> Vec<(f64, f64)> {
+/// printed: its acquisitions, its longest single wait (µs), and its threads' turns.
+pub(crate) fn contend_in_processes(dir: &Path, who: &[(&str, usize)]) -> Vec<(f64, f64, Vec<Turn>)> {
     let me = std::env::current_exe().unwrap();
     let mut children: Vec<Child> = who
         .iter()
@@ -248,45 +265,23 @@ fn contend_in_processes(dir: &Path, who: &[(&str, usize)]) -> Vec<(f64, f64)> {
     }
     let results = outs
         .iter_mut()
-        .map(|o| {
-            let mut line = String::new();
-            o.read_line(&mut line).unwrap();
+        .enumerate()
+        .map(|(who, o)| {
+            let mut lines = (&mut *o).lines().map(Result::unwrap);
+            let line = lines.next().unwrap();
             let mut f = line.split_whitespace().map(|x| x.parse::<f64>().unwrap());
-            (f.next().unwrap(), f.next().unwrap())
+            let (count, longest) = (f.next().unwrap(), f.next().unwrap());
+            let turns = lines
+                .take_while(|l| !l.is_empty())
+                .map(|l| Turn::parse(who, &l))
+                .collect();
+            (count, longest, turns)
         })
         .collect();
     for mut c in children {
         assert!(c.wait().unwrap().success());
     }
     results
-}
-
-/// Eight processes of one blocking thread each cycle for the contention time: each one's
-/// acquisitions (within ±10 % of each other when the queue is fair) and the longest single
-/// wait any of them had.
-fn fairness(root: &Path) {
-    let dir = fresh(root, "fairness");
-    let _ = Locks::in_dir(&dir).unwrap();
-    let results = contend_in_processes(&dir, &[("blocking", 1); 8]);
-    let counts: Vec<f64> = results.iter().map(|r| r.0).collect();
-    let mean = counts.iter().sum::<f64>() / counts.len() as f64;
-    let (lo, hi) = counts
-        .iter()
-        .fold((f64::MAX, 0f64), |(l, h), &c| (l.min(c), h.max(c)));
-    let longest = results.iter().map(|r| r.1).fold(0f64, f64::max);
-    println!(
-        "\n### Fairness: 8 processes, one thread each, cycle for {} s\n",
-        contention_time().as_secs()
-    );
-    println!("| acquisitions each | mean | lowest / highest share of the mean | longest single wait |\n| --- | ---: | ---: | ---: |");
-    let each: Vec<String> = counts.iter().map(|c| format!("{c:.0}")).collect();
-    println!(
-        "| {} | {mean:.0} | {:.1} % / {:.1} % | {:.1} ms |",
-        each.join(", "),
-        100.0 * lo / mean,
-        100.0 * hi / mean,
-        longest / 1000.0
-    );
 }
 
 /// A lock directory's path under `root` (`Locks::in_dir` makes it, private).
@@ -570,6 +565,6 @@ pub fn run(want: &dyn Fn(&str) -> bool) {
         contention(root.path());
     }
     if want("fairness") {
-        fairness(root.path());
+        super::order::fairness(&fresh(root.path(), "fairness"));
     }
 }

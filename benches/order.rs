@@ -1,0 +1,126 @@
+//! Fairness between processes, and who is served when (Unix, tmpfs): eight processes of one
+//! blocking thread each cycle for the contention time; each one's share, and an account of the
+//! waits: whether a waiter was served after one that began to wait once it was queued, and
+//! what the longest wait was made of.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::tasks::{contend_in_processes, contention_time};
+
+/// Now, in ns since the epoch (one clock for every process of the machine).
+pub fn now_ns() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    u64::try_from(since.as_nanos()).unwrap()
+}
+
+/// One acquisition of a contending thread, in ns since the epoch.
+#[derive(Clone, Copy, Debug)]
+pub struct Turn {
+    /// The process (its index among those started).
+    pub who: usize,
+    /// Before `acquire` was called.
+    pub since: u64,
+    /// When it was told it waits (after it took its place in the queue), 0 if it never was.
+    pub told: u64,
+    /// When `acquire` returned.
+    pub taken: u64,
+    /// Just before its release.
+    pub left: u64,
+}
+
+impl Turn {
+    /// A turn from its line, `since told taken left`.
+    pub fn parse(who: usize, line: &str) -> Turn {
+        let f: Vec<u64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        Turn {
+            who,
+            since: f[0],
+            told: f[1],
+            taken: f[2],
+            left: f[3],
+        }
+    }
+
+    /// When it was surely in the queue: once told, or at the latest when it got the lock.
+    fn queued_by(&self) -> u64 {
+        if self.told > 0 {
+            self.told
+        } else {
+            self.taken
+        }
+    }
+}
+
+/// The fairness section.
+pub fn fairness(dir: &Path) {
+    let _ = dirlock::Locks::in_dir(dir).unwrap();
+    let results = contend_in_processes(dir, &[("blocking", 1); 8]);
+    let counts: Vec<f64> = results.iter().map(|r| r.0).collect();
+    let mean = counts.iter().sum::<f64>() / counts.len() as f64;
+    let (lo, hi) = counts
+        .iter()
+        .fold((f64::MAX, 0f64), |(l, h), &c| (l.min(c), h.max(c)));
+    let longest = results.iter().map(|r| r.1).fold(0f64, f64::max);
+    println!(
+        "\n### Fairness: 8 processes, one thread each, cycle for {} s\n",
+        contention_time().as_secs()
+    );
+    println!("| acquisitions each | mean | lowest / highest share of the mean | longest single wait |\n| --- | ---: | ---: | ---: |");
+    let each: Vec<String> = counts.iter().map(|c| format!("{c:.0}")).collect();
+    println!(
+        "| {} | {mean:.0} | {:.1} % / {:.1} % | {:.1} ms |",
+        each.join(", "),
+        100.0 * lo / mean,
+        100.0 * hi / mean,
+        longest / 1000.0
+    );
+    let mut turns: Vec<Turn> = results.into_iter().flat_map(|r| r.2).collect();
+    turns.sort_by_key(|t| t.taken);
+    explain(&turns);
+}
+
+/// Who was served during each wait, in taking order: the waits that a waiter which began to
+/// wait only after this one was surely queued overtook (out of queue order, with no doubt left
+/// by scheduling), and what the longest wait was made of.
+fn explain(turns: &[Turn]) {
+    let (mut overtaken, mut most) = (0usize, 0usize);
+    for (i, a) in turns.iter().enumerate() {
+        let queued = a.queued_by();
+        let passed = turns[..i]
+            .iter()
+            .rev()
+            .take_while(|b| b.taken > queued)
+            .filter(|b| b.who != a.who && b.since > queued)
+            .count();
+        overtaken += usize::from(passed > 0);
+        most = most.max(passed);
+    }
+    let Some((i, a)) = turns
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, t)| t.taken - t.since)
+    else {
+        return;
+    };
+    // Others' holds within the longest wait, and the largest stretch in it with none.
+    let (mut held, mut gap, mut last, mut served) = (0u64, 0u64, a.since, 0usize);
+    for b in turns[..i].iter().filter(|b| b.left > a.since) {
+        served += usize::from(b.taken > a.since);
+        let (from, to) = (b.taken.max(a.since), b.left.min(a.taken));
+        held += to.saturating_sub(from);
+        gap = gap.max(from.saturating_sub(last));
+        last = last.max(to);
+    }
+    gap = gap.max(a.taken.saturating_sub(last));
+    let ms = |ns: u64| ns as f64 / 1e6;
+    println!("\n| waits | served after a later one (out of queue order) | most passed in one wait | longest wait | others served in it | their holds | longest stretch without a holder |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| {} | {overtaken} ({:.2} %) | {most} | {:.1} ms | {served} | {:.2} ms | {:.1} ms |",
+        turns.len(),
+        100.0 * overtaken as f64 / turns.len().max(1) as f64,
+        ms(a.taken - a.since),
+        ms(held),
+        ms(gap),
+    );
+}

@@ -6,7 +6,7 @@ use crate::say::{explain, say, Failure};
 use crate::select::{configure, select};
 use crate::sys;
 use dirlock::text::{escape, path as shown};
-use dirlock::{Cancel, Error, Liveness, LockGuard, LockRequest, Wait};
+use dirlock::{Cancel, Error, Liveness, LockGuard, LockRequest};
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Child, ExitCode};
@@ -15,20 +15,22 @@ use std::sync::{Arc, Mutex};
 /// The variable that gives the command the record of the holder whose lock `run` took over.
 pub(crate) const RECLAIMED_FROM: &str = "DIRLOCK_RECLAIMED_FROM";
 
-/// Where `dirlock run` is, for the thread that receives signals while it waits for the lock
-/// (there is one only once the lock was found busy: a second thread makes the fork that starts
-/// the command, and so every run, measurably slower).
+/// Where `dirlock run` is, for its signal thread.
 pub(crate) enum Phase {
+    /// Finding the lock directory: nothing is held yet, a signal ends `run` at once.
+    Setup,
     /// Taking the lock: a signal abandons the wait (the first one is kept), and `run` dies of
     /// it once nothing is left behind.
     Waiting(Option<i32>),
-    /// The lock is taken, the command being started or running: signals go to the relay
-    /// (`sys::relay`). One that comes while the command is being started (a terminal's
-    /// included: the command may not exist yet to receive it) shuts the gate, so that the
-    /// command never starts, and is kept: `run` releases and dies of it, or, the command past
-    /// the gate already, passes it on. Once the command runs, those other processes send are
-    /// forwarded to it.
-    Relayed,
+    /// The lock is held and the command being started: a signal (a terminal's included: the
+    /// command may not exist yet to receive it) shuts the gate, so that the command never
+    /// starts, and is kept: `run` releases and dies of it, or, the command past the gate
+    /// already, passes it on.
+    Starting(Option<i32>),
+    /// The command runs: signals other processes send are forwarded to it.
+    Running(u32),
+    /// The command has exited (its pid may be another process's by now): nothing is forwarded.
+    Done,
 }
 
 /// What `run` runs.
@@ -64,50 +66,34 @@ pub(crate) fn run(
     let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
     let req = select(sel)?;
     let what = req.resource()?;
+    *lock_phase() = Phase::Waiting(None);
     let started = std::time::Instant::now();
-    let listen = || handle_signals(&phase, &cancel);
-    let acquired = acquire(
-        configure(req, acq).cancel(&cancel),
-        opts,
-        acq.nonblock,
-        listen,
-    );
-    // Decide under the phase lock, so that a signal is either seen here or relayed: one that
-    // came meanwhile (kept by the waiting thread, or still pending when nothing waited) means
-    // nothing runs.
+    let acquired = acquire(configure(req, acq).cancel(&cancel), opts);
+    // Decide under the phase lock, so that a signal is either seen here or kept for later.
     {
         let mut phase = lock_phase();
-        let first = match *phase {
-            Phase::Waiting(Some(sig)) => Some(sig),
-            _ => sys::take_pending(),
-        };
-        if let Some(sig) = first {
+        if let Phase::Waiting(Some(sig)) = *phase {
             drop(acquired); // got it just as the signal came: released, nothing runs
             sys::die_by(sig);
         }
-        *phase = Phase::Relayed;
-        if let Err(e) = sys::relay_starting(&gate) {
-            drop(acquired);
-            return Err(Failure(format!("cannot relay signals: {e}"), 1));
-        }
+        *phase = Phase::Starting(None);
     }
     let guard = acquired?;
     announce(&guard, &what, started, opts);
-    let (guard, child) = start(guard, opts, command, &gate)?;
-    finish(child, guard, &what, opts)
+    let (guard, child) = start(guard, opts, command, &gate, &phase)?;
+    finish(child, guard, &what, opts, &phase)
 }
 
 /// Where `run` is, how to abandon its wait, and the gate that keeps the command from starting:
-/// what a signal acts on.
+/// what the signal thread acts on.
 type Catching = (Arc<Mutex<Phase>>, Cancel, Arc<sys::StartGate>);
 
 /// Before any thread starts: the signals that would end us (SIGINT, SIGTERM, SIGHUP,
-/// SIGQUIT, SIGUSR1, ...; those the caller made ignored stay ignored) are held back from their
-/// default actions: while the lock is awaited they abandon the wait (a thread of ours receives
-/// them, started only if the lock is busy), and once nothing is left behind we die of them
-/// (nothing runs, as with flock(1)); one that comes before the command has started keeps it
-/// from starting; once it runs they are forwarded to it (and `dirlock run` itself waits for it
-/// and releases).
+/// SIGQUIT, SIGUSR1, ...; those the caller made ignored stay ignored) are received by a
+/// thread of ours, not by their default actions. While the lock is awaited they abandon the
+/// wait, and once nothing is left behind we die of them (nothing runs, as with flock(1));
+/// one that comes before the command has started keeps it from starting; once it runs they
+/// are forwarded to it (and `dirlock run` itself waits for it and releases).
 fn catch_signals() -> Result<Catching, Failure> {
     sys::block_forwarded_signals().map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
     let cancel =
@@ -115,7 +101,9 @@ fn catch_signals() -> Result<Catching, Failure> {
     let gate = Arc::new(
         sys::StartGate::new().map_err(|e| Failure(format!("cannot make a pipe: {e}"), 1))?,
     );
-    Ok((Arc::new(Mutex::new(Phase::Waiting(None))), cancel, gate))
+    let phase = Arc::new(Mutex::new(Phase::Setup));
+    handle_signals(&phase, &cancel, &gate);
+    Ok((phase, cancel, gate))
 }
 
 /// Says how long it took (-v), and, unless -q, whose lock it took over.
@@ -145,22 +133,28 @@ fn start(
     opts: &RunOptions,
     command: &Program,
     gate: &sys::StartGate,
+    phase: &Mutex<Phase>,
 ) -> Result<(LockGuard, Child), Failure> {
+    let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
     let spawned = spawn(&guard, opts, command, gate);
     // A signal that came while the command was being started: it stopped the command at the
     // gate (or, the gate passed already, the command gets it below).
-    let pending = sys::relay_started(spawned.as_ref().ok().map(Child::id));
+    let stopped = match (&spawned, &*lock_phase()) {
+        (Err(_), Phase::Starting(Some(sig))) => Some(*sig),
+        _ => None,
+    };
     let child = match spawned {
         Ok(c) => c,
         Err(failure) => {
             let _ = guard.release();
-            if let Some(sig) = pending {
+            if let Some(sig) = stopped {
                 sys::die_by(sig);
             }
             return Err(failure);
         }
     };
-    if let Some(sig) = pending {
+    let pending = std::mem::replace(&mut *lock_phase(), Phase::Running(child.id()));
+    if let Phase::Starting(Some(sig)) = pending {
         // It came after the command passed the gate: it may have missed it.
         sys::send_signal(child.id(), sig);
     }
@@ -174,10 +168,10 @@ fn finish(
     guard: LockGuard,
     what: &str,
     opts: &RunOptions,
+    phase: &Mutex<Phase>,
 ) -> Result<ExitCode, Failure> {
     let status = child.wait();
-    // The command has exited (its pid may be another process's by now): nothing is forwarded.
-    sys::relay_done();
+    *phase.lock().unwrap_or_else(|e| e.into_inner()) = Phase::Done;
     // What the command left running may outlive us now, as on Unix (without the lock).
     sys::command_exited();
     let released = guard.release();
@@ -195,31 +189,32 @@ fn finish(
     Ok(sys::exit_status(code))
 }
 
-/// Starts the thread that receives the signals that would end us while we wait, and does what
-/// the phase asks.
-fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel) {
-    let (phase, cancel) = (phase.clone(), cancel.clone());
+/// Starts the thread that receives the signals that would end us, and does what the phase
+/// asks.
+fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel, gate: &Arc<sys::StartGate>) {
+    let (phase, cancel, gate) = (phase.clone(), cancel.clone(), gate.clone());
     sys::on_signals(move |sig, from_process| {
         match &mut *phase.lock().unwrap_or_else(|e| e.into_inner()) {
+            Phase::Setup => sys::die_by(sig),
             Phase::Waiting(first) => {
                 first.get_or_insert(sig);
                 cancel.cancel();
             }
-            Phase::Relayed => sys::relay(sig, from_process),
+            Phase::Starting(pending) => {
+                pending.get_or_insert(sig);
+                gate.shut();
+            }
+            // A terminal's Ctrl-C or hangup reached the command already (same process
+            // group): only what another process sent us is passed on.
+            Phase::Running(child) if from_process => sys::send_signal(*child, sig),
+            Phase::Running(_) | Phase::Done => {}
         }
     });
 }
 
 /// Takes the lock, saying whom it waits for (unless -q). A busy lock fails with the conflict
-/// status; under -q the exit status alone says it (`-q -n -E 0`: skip without a word). It is
-/// tried first without waiting, and only a busy lock is waited for (unless `nonblock`), once
-/// `listen` has started the thread that lets a signal abandon the wait.
-fn acquire(
-    mut req: LockRequest,
-    opts: &RunOptions,
-    nonblock: bool,
-    listen: impl FnOnce(),
-) -> Result<LockGuard, Failure> {
+/// status; under -q the exit status alone says it (`-q -n -E 0`: skip without a word).
+fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure> {
     if !opts.quiet {
         let (verbose, shared) = (opts.verbose, opts.shared);
         req = req.on_wait(move |w| {
@@ -242,14 +237,7 @@ fn acquire(
             say(&line);
         });
     }
-    let acquired = match req.clone().wait(Wait::Immediately).acquire() {
-        Err(e) if e.is_contended() && !nonblock => {
-            listen();
-            req.acquire()
-        }
-        tried => tried,
-    };
-    acquired.map_err(|e| {
+    req.acquire().map_err(|e| {
         if !e.is_contended() {
             return e.into();
         }

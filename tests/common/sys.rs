@@ -108,3 +108,17 @@ pub fn exchanges_names(dir: &std::path::Path) -> bool {
     let done = unsafe { libc::renamex_np(a.as_ptr(), b.as_ptr(), libc::RENAME_SWAP) } == 0;
     done
 }
+
+/// The write end of a pipe whose read end is closed: what a process writes there raises
+/// SIGPIPE in it (or fails with `EPIPE`).
+pub fn broken_pipe() -> std::os::fd::OwnedFd {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid array of two descriptors for pipe(2) to fill.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    // SAFETY: both descriptors were just made and are owned by nothing else; the read end is
+    // closed at once.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write
+}

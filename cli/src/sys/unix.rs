@@ -1,19 +1,16 @@
 //! Unix: signal plumbing for `dirlock run` (receiving the signals that would end it, ending a
 //! wait or forwarding them, dying of them) and tying the command's life to ours.
 //!
-//! | | receiving signals while waiting | who sent one | the command dies with us |
+//! | | receiving signals | who sent one | the command dies with us |
 //! | --- | --- | --- | --- |
 //! | Linux | blocked, `sigwaitinfo` in a thread | `si_code <= 0`: a process | `PR_SET_PDEATHSIG` |
 //! | FreeBSD | blocked, `sigwaitinfo` in a thread | `SI_USER`, `SI_QUEUE`, `SI_LWP` | `PROC_PDEATHSIG_CTL` |
 //! | macOS | an `SA_SIGINFO` handler writes to a pipe that a thread reads | `si_pid != 0` or `SI_USER` | no such facility |
-//!
-//! The thread exists only if the lock is waited for. Once it is held, an `SA_SIGINFO` handler
-//! in the thread that starts the command relays them everywhere (see [`relay`]).
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Turns a `-1` return into the thread's `errno`.
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
@@ -75,13 +72,13 @@ fn forwarded_set() -> libc::sigset_t {
     set
 }
 
-/// Holds back the signals of [`FORWARDED`] that the caller did not make ignored from their
-/// default actions, for [`on_signals`], [`take_pending`] or [`relay_starting`]. Call it first
-/// thing in `main`, before any thread exists. Spawn children with [`unblock_forwarded_in_child`].
+/// Makes the signals of [`FORWARDED`] that the caller did not make ignored reach
+/// [`on_signals`] rather than their default actions. Call it first thing in `main`, before any
+/// thread exists. Spawn children with [`unblock_forwarded_in_child`].
 ///
 /// Where `sigwaitinfo` exists (Linux, FreeBSD) the signals are blocked in the calling thread
-/// (and every thread it starts later). On macOS a handler records each one (signal and
-/// sender) in a pipe.
+/// (and every thread it starts later) and a thread of [`on_signals`] takes them. On macOS a
+/// handler records each one (signal and sender) in a pipe that the thread reads.
 ///
 /// # Errors
 ///
@@ -171,19 +168,11 @@ fn sent_by_process(info: &libc::siginfo_t) -> bool {
     matches!(info.si_code, SI_USER | SI_QUEUE | SI_LWP)
 }
 
-/// Whether a signal was sent by a process: macOS marks `kill`'s `SI_USER` and names the sender
-/// in `si_pid`; the kernel's signals (a terminal's) name none.
-#[cfg(target_os = "macos")]
-fn sent_by_process(info: &libc::siginfo_t) -> bool {
-    const SI_USER: libc::c_int = 0x10001;
-    info.si_pid != 0 || info.si_code == SI_USER
-}
-
 /// macOS has no `sigwaitinfo`: a handler writes each forwarded signal and whether a process
 /// sent it (two bytes, atomically) to a pipe, and the signal thread reads them in order.
 #[cfg(target_os = "macos")]
 mod handler {
-    use super::{check, handled, sent_by_process};
+    use super::{check, handled};
     use std::io;
     use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -193,17 +182,20 @@ mod handler {
     static READ: AtomicI32 = AtomicI32::new(-1);
 
     extern "C" fn record(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+        // A process that sends with `kill` is named in si_pid (and macOS marks it SI_USER); the
+        // kernel's signals (a terminal's) name none.
+        const SI_USER: libc::c_int = 0x10001;
         // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
-        let from_process = sent_by_process(unsafe { &*info });
+        let from_process = unsafe { (*info).si_pid != 0 || (*info).si_code == SI_USER };
         let record = [sig as u8, u8::from(from_process)];
         // The interrupted code may be about to read errno: a failed write must not change it.
-        // SAFETY: errno_location points at this thread's errno, valid for the thread's life.
-        let saved = unsafe { *super::errno_location() };
+        // SAFETY: __error returns this thread's errno location, valid for the thread's life.
+        let saved = unsafe { *libc::__error() };
         // SAFETY: write is async-signal-safe; two bytes from a live array to our pipe (a full
         // pipe, thousands of pending signals, drops this one).
         unsafe { libc::write(WRITE.load(Ordering::Relaxed), record.as_ptr().cast(), 2) };
         // SAFETY: as above.
-        unsafe { *super::errno_location() = saved };
+        unsafe { *libc::__error() = saved };
     }
 
     pub(super) fn install() -> io::Result<()> {
@@ -214,11 +206,8 @@ mod handler {
             // SAFETY: both descriptors are open and ours.
             check(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) })?;
         }
-        for fd in fds {
-            // SAFETY: the descriptor is open and ours: a handler must never block, and the
-            // read end is polled (see `next`).
-            check(unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) })?;
-        }
+        // SAFETY: the write end is open and ours; a handler must never block.
+        check(unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) })?;
         READ.store(fds[0], Ordering::Relaxed);
         WRITE.store(fds[1], Ordering::Relaxed);
         for sig in handled() {
@@ -234,41 +223,16 @@ mod handler {
 
     /// The next recorded signal, waiting for one; `None` if the pipe fails.
     pub(super) fn next() -> Option<(i32, bool)> {
-        loop {
-            let mut ready = libc::pollfd {
-                fd: READ.load(Ordering::Relaxed),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd, no timeout; the read end is non-blocking, so that a
-            // record another thread took first means another round, not a block.
-            if unsafe { libc::poll(&mut ready, 1, -1) } == -1
-                && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted
-            {
-                return None;
-            }
-            match take() {
-                Ok(Some(record)) => return Some(record),
-                Ok(None) => {}
-                Err(_) => return None,
-            }
-        }
-    }
-
-    /// A recorded signal, if one is there, without waiting.
-    pub(super) fn take() -> io::Result<Option<(i32, bool)>> {
         let mut record = [0u8; 2];
-        // SAFETY: reads two bytes into a live array from the pipe's read end (non-blocking;
-        // the handler writes both bytes at once).
-        let n = unsafe { libc::read(READ.load(Ordering::Relaxed), record.as_mut_ptr().cast(), 2) };
-        match n {
-            2 => Ok(Some((i32::from(record[0]), record[1] != 0))),
-            -1 => match io::Error::last_os_error() {
-                e if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-                e if e.kind() == io::ErrorKind::Interrupted => Ok(None),
-                e => Err(e),
-            },
-            _ => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+        loop {
+            // SAFETY: reads two bytes into a live array from the pipe's read end.
+            let n =
+                unsafe { libc::read(READ.load(Ordering::Relaxed), record.as_mut_ptr().cast(), 2) };
+            match n {
+                2 => return Some((i32::from(record[0]), record[1] != 0)),
+                -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+                _ => return None,
+            }
         }
     }
 }
@@ -290,149 +254,7 @@ pub fn die_by(sig: i32) -> ! {
     std::process::exit(128 + sig)
 }
 
-/// The relay's stages (the low byte of [`RELAY`]; the next byte holds the first signal that
-/// came while [`STARTING`], 0 for none).
-const STARTING: u64 = 1;
-const RUNNING: u64 = 2;
-const DONE: u64 = 3;
-/// Where the relay is; 0 before [`relay_starting`].
-static RELAY: AtomicU64 = AtomicU64::new(0);
-/// The command's pid, once [`RUNNING`].
-static CHILD: AtomicI32 = AtomicI32::new(0);
-/// The write end of the [`StartGate`], while [`STARTING`].
-static GATE: AtomicI32 = AtomicI32::new(-1);
-
-/// What a signal does once the lock is held (from the handler [`relay_starting`] installs, or
-/// from the waiting thread, whichever receives it; async-signal-safe): while the command is
-/// being started, the first is kept (see [`relay_started`]) and shuts the gate; while it runs,
-/// one `from_process` is passed on to it (a terminal's reached it already); after, nothing.
-pub fn relay(sig: i32, from_process: bool) {
-    let mut state = RELAY.load(Ordering::SeqCst);
-    loop {
-        match state & 0xff {
-            STARTING if state >> 8 == 0 => {
-                let first = state | u64::from(sig as u8) << 8;
-                match RELAY.compare_exchange(state, first, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(_) => shut(GATE.load(Ordering::SeqCst)),
-                    Err(now) => {
-                        state = now;
-                        continue;
-                    }
-                }
-            }
-            STARTING => shut(GATE.load(Ordering::SeqCst)),
-            RUNNING if from_process => {
-                // SAFETY: kill takes no pointers; the pid is the command's (at worst it exited
-                // and was reaped a moment ago, as with any forwarding).
-                unsafe { libc::kill(CHILD.load(Ordering::SeqCst), sig) };
-            }
-            _ => {}
-        }
-        return;
-    }
-}
-
-/// The handler of the relayed signals: [`relay`], leaving `errno` as it found it (the code it
-/// interrupted may be about to read it).
-extern "C" fn relayed(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    // SAFETY: errno_location points at this thread's errno, valid for the thread's life.
-    let saved = unsafe { *errno_location() };
-    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
-    relay(sig, sent_by_process(unsafe { &*info }));
-    // SAFETY: as above.
-    unsafe { *errno_location() = saved };
-}
-
-#[cfg(target_os = "linux")]
-use libc::__errno_location as errno_location;
-#[cfg(any(target_os = "macos", target_os = "freebsd"))]
-use libc::__error as errno_location;
-
-/// Shuts the [`StartGate`] whose write end is `fd`: writes it a byte.
-fn shut(fd: libc::c_int) {
-    if fd >= 0 {
-        // SAFETY: writes one byte from a live array; write is async-signal-safe, and a full
-        // pipe (one byte per run) would only lose a byte that is already there.
-        unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) };
-    }
-}
-
-/// A signal that came while nothing received them (the lock was taken without waiting), if
-/// one did: taken, so that it is acted on once.
-pub fn take_pending() -> Option<i32> {
-    #[cfg(not(target_os = "macos"))]
-    {
-        let set = forwarded_set();
-        // SAFETY: siginfo_t is plain data, filled in by sigtimedwait.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `set` is initialized, `info` and `now` are valid; a zero timeout polls.
-        let sig = unsafe { libc::sigtimedwait(&set, &mut info, &now) };
-        (sig > 0).then_some(sig)
-    }
-    #[cfg(target_os = "macos")]
-    handler::take().ok().flatten().map(|(sig, _)| sig)
-}
-
-/// Hands the signals to [`relay`], by a handler in this thread (the one that starts the
-/// command and waits for it), from now on: the command is about to be started past `gate`.
-///
-/// # Errors
-///
-/// When `sigaction` or `pthread_sigmask` fails.
-pub fn relay_starting(gate: &StartGate) -> io::Result<()> {
-    GATE.store(gate.write.as_raw_fd(), Ordering::SeqCst);
-    RELAY.store(STARTING, Ordering::SeqCst);
-    for sig in handled() {
-        // SAFETY: sigaction is plain data; all-zero (an empty mask) is valid.
-        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-        action.sa_sigaction = relayed as *const () as libc::sighandler_t;
-        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        // SAFETY: `action` is initialized, and its handler async-signal-safe.
-        check(unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) })?;
-    }
-    #[cfg(not(target_os = "macos"))]
-    {
-        let set = forwarded_set();
-        // SAFETY: `set` is initialized; the old mask is not wanted (null). Those that came
-        // while blocked are handled now.
-        let rc = unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
-        if rc != 0 {
-            return Err(io::Error::from_raw_os_error(rc));
-        }
-    }
-    // What the recording handler left, that no thread took.
-    #[cfg(target_os = "macos")]
-    while let Ok(Some((sig, from_process))) = handler::take() {
-        relay(sig, from_process);
-    }
-    Ok(())
-}
-
-/// The command was started (`Some` pid) or not: the first signal that came meanwhile, if one
-/// did; from now on one from a process is passed on to the command (or, not started, nothing).
-pub fn relay_started(child: Option<u32>) -> Option<i32> {
-    let pid = child.and_then(|c| libc::pid_t::try_from(c).ok());
-    if let Some(pid) = pid {
-        CHILD.store(pid, Ordering::SeqCst);
-    }
-    let stage = if pid.is_some() { RUNNING } else { DONE };
-    let was = RELAY.swap(stage, Ordering::SeqCst);
-    match (was & 0xff, was >> 8) {
-        (STARTING, sig) if sig != 0 => i32::try_from(sig).ok(),
-        _ => None,
-    }
-}
-
-/// The command has exited (its pid may be another process's by now): nothing is passed on.
-pub fn relay_done() {
-    RELAY.store(DONE, Ordering::SeqCst);
-}
-
-/// A gate the command passes between its fork and its exec: once [`relay`] shuts it (a stop
+/// A gate the command passes between its fork and its exec: once [`StartGate::shut`] (a stop
 /// signal came while it was being started), a command not yet past it never starts, and its
 /// spawn fails with an error that [`StartGate::stopped`] recognises.
 pub struct StartGate {
@@ -459,6 +281,13 @@ impl StartGate {
         // SAFETY: the descriptor is open and ours.
         check(unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) })?;
         Ok(StartGate { read, write })
+    }
+
+    /// Shuts the gate (from the signal thread).
+    pub fn shut(&self) {
+        // SAFETY: writes one byte from a live array to our pipe; a full pipe (impossible
+        // here: one byte per run) would only lose a byte that is already there.
+        unsafe { libc::write(self.write.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
     }
 
     /// Makes the command `cmd` spawns pass the gate last, just before its exec.

@@ -14,7 +14,6 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Mutex, OnceLock};
 use windows_sys::core::BOOL;
@@ -80,49 +79,6 @@ pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
     });
 }
 
-/// The first console event that came while the command was being started (0 for none), or
-/// -1 once it was started.
-static STARTING: AtomicI32 = AtomicI32::new(-1);
-
-/// What a console event does once the lock is held (from the waiting thread, if there is
-/// one): while the command is being started, the first is kept (see [`relay_started`]); after,
-/// nothing (the command, attached to the console, gets it itself).
-pub fn relay(sig: i32, _from_process: bool) {
-    let _ = STARTING.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
-}
-
-/// A console event that came while nothing received them (the lock was taken without
-/// waiting), if one did.
-pub fn take_pending() -> Option<i32> {
-    RECEIVER
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .as_ref()
-        .and_then(|rx| rx.try_recv().ok())
-}
-
-/// The command is about to be started.
-///
-/// # Errors
-///
-/// Never.
-pub fn relay_starting(_gate: &StartGate) -> io::Result<()> {
-    STARTING.store(0, Ordering::SeqCst);
-    Ok(())
-}
-
-/// The command was started or not: the first console event that came meanwhile, if one did
-/// (received by the waiting thread, or by nothing).
-pub fn relay_started(_child: Option<u32>) -> Option<i32> {
-    match STARTING.swap(-1, Ordering::SeqCst) {
-        sig if sig > 0 => Some(sig),
-        _ => take_pending(),
-    }
-}
-
-/// Nothing to do: events after the start are the command's.
-pub fn relay_done() {}
-
 /// Ends this process with 128+`sig` (Windows has no death by signal).
 pub fn die_by(sig: i32) -> ! {
     std::process::exit(128 + sig)
@@ -141,6 +97,9 @@ impl StartGate {
     pub fn new() -> io::Result<StartGate> {
         Ok(StartGate)
     }
+
+    /// Nothing to shut.
+    pub fn shut(&self) {}
 
     /// Nothing to pass.
     pub fn guard(&self, _cmd: &mut std::process::Command) {}

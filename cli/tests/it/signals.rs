@@ -155,8 +155,7 @@ fn ctrl_c_while_the_command_starts_is_not_lost() {
 }
 
 /// Once the command runs, a signal another process sends `dirlock run` reaches it after a wait
-/// too (the waiting thread and the handler that relays them take the same turns); the lock is
-/// released after the command exits.
+/// too; the lock is released after the command exits.
 #[test]
 fn a_signal_reaches_the_command_after_a_wait() {
     let fx = Fixture::new();
@@ -190,4 +189,43 @@ fn a_signal_reaches_the_command_after_a_wait() {
         Vec::<String>::new(),
         "released after the command exited"
     );
+}
+
+/// A SIGPIPE that `dirlock run` causes itself, writing to a stderr no one reads (`2>&1 | head
+/// -1` once head is gone), is no signal to stop: the command runs, whether the lock was free
+/// (`-v` says so once it is held) or waited for (it says whom it waits for).
+#[test]
+fn a_broken_stderr_stops_nothing() {
+    for waited in [false, true] {
+        let fx = Fixture::new();
+        let ran = fx.tmp.path().join("ran");
+        let holder = waited.then(|| Holder::start(fx.dir(), &["--lock", "p.lock"]));
+        let mut cmd = dirlock_in(
+            fx.dir(),
+            &[
+                "run",
+                "-v",
+                "--lock",
+                "p.lock",
+                "--",
+                "touch",
+                ran.to_str().unwrap(),
+            ],
+        );
+        let mut run = ChildGuard::spawn(
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::from(crate::common::sys::broken_pipe())),
+        );
+        if let Some(holder) = holder {
+            assert!(eventually(Duration::from_secs(20), || fx
+                .entries()
+                .iter()
+                .any(|e| e.contains(".candidate."))));
+            std::thread::sleep(Duration::from_millis(100)); // it said whom it waits for
+            holder.release();
+        }
+        let status = run.wait_for(Duration::from_secs(20));
+        assert_eq!(status.map(shell_status), Some(0), "waited: {waited}");
+        assert!(ran.exists(), "waited: {waited}: the command did not run");
+    }
 }

@@ -185,12 +185,11 @@ fn with_estale(
 
 /// Leaves in `dir` what a reclaimer SIGKILLed mid-reclaim leaves: the dead owner's lock
 /// (its holder already killed) and the reclaimer's guard beside it. The reclaimer is killed at
-/// its third `renameat2` (after its failed publish and its guard's): the dead lock's
-/// retirement.
+/// its fourth `renameat2`: the dead lock's retirement, just after its guard's.
 fn dead_lock_and_guard(dir: &Path) {
     let out = Command::new("strace")
         .args(["-qq", "-o", "/dev/null", "-e", "trace=renameat2", "-e"])
-        .arg("inject=renameat2:signal=SIGKILL:when=3")
+        .arg("inject=renameat2:signal=SIGKILL:when=4")
         .args([BIN, "run", "--dir"])
         .arg(dir)
         .args(["--lock", "f.lock", "--", "true"])

@@ -17,7 +17,7 @@ use crate::owner::Owner;
 use crate::paths::guard_name;
 use crate::reclaim::{reclaim, Expect, Reclaim};
 use crate::space::{beacon_free, Seen, Space};
-use crate::sys::{FileId, Identity, Meta, System};
+use crate::sys::{gone, FileId, Identity, Meta, System};
 use std::time::Duration;
 
 /// How often a fail-fast acquisition republishes after the holder vanished under it before it
@@ -488,7 +488,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         match self.sp.sys.meta_at(self.sp.dir, self.req.name) {
             Ok(now) if now.id == meta.id => {}
             Ok(_) => return self.idle_round(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return self.idle_round(),
+            Err(e) if gone(&e) => return self.idle_round(), // (ESTALE too: removed meanwhile)
             Err(e) => return Err(self.sp.io("check the lock", self.req.name, e)),
         }
         let grace = self.req.options.grace;

@@ -17,13 +17,13 @@
 #[cfg(unix)]
 mod command;
 #[cfg(unix)]
+mod order;
+#[cfg(unix)]
 #[path = "unix.rs"]
 mod platform;
 #[cfg(windows)]
 #[path = "windows.rs"]
 mod platform;
-#[cfg(unix)]
-mod order;
 #[cfg(unix)]
 mod shared;
 #[cfg(unix)]

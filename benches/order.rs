@@ -32,7 +32,10 @@ pub struct Turn {
 impl Turn {
     /// A turn from its line, `since told taken left`.
     pub fn parse(who: usize, line: &str) -> Turn {
-        let f: Vec<u64> = line.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
         Turn {
             who,
             since: f[0],

@@ -164,6 +164,8 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
                 s.spawn(|| {
                     while left() > Duration::ZERO {
                         let (t0, since) = (Instant::now(), now_ns());
+                        // When it is told it waits (each telling probes the holder's lock
+                        // once, as `dirlock run`'s "waiting for" line does).
                         let told = Arc::new(AtomicU64::new(0));
                         let tell = told.clone();
                         let req = locks.named_lock(LOCK).wait(left()).on_wait(move |_| {
@@ -172,10 +174,16 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
                         if let Ok(g) = req.acquire() {
                             let taken = now_ns();
                             longest.fetch_max(t0.elapsed().as_micros() as usize, Ordering::Relaxed);
-                            let (told, left) = (told.load(SeqCst), now_ns());
+                            let (told, letting_go) = (told.load(SeqCst), now_ns());
                             g.release().unwrap();
                             count.fetch_add(1, Ordering::Relaxed);
-                            let turn = Turn { who: 0, since, told, taken, left };
+                            let turn = Turn {
+                                who: 0,
+                                since,
+                                told,
+                                taken,
+                                left: letting_go,
+                            };
                             turns.lock().unwrap().push(turn);
                         }
                     }
@@ -236,7 +244,10 @@ fn contention(root: &Path) {
 
 /// Starts one `--contend` process per `(kind, n)`, lets them go together, and returns what each
 /// printed: its acquisitions, its longest single wait (µs), and its threads' turns.
-pub(crate) fn contend_in_processes(dir: &Path, who: &[(&str, usize)]) -> Vec<(f64, f64, Vec<Turn>)> {
+pub(crate) fn contend_in_processes(
+    dir: &Path,
+    who: &[(&str, usize)],
+) -> Vec<(f64, f64, Vec<Turn>)> {
     let me = std::env::current_exe().unwrap();
     let mut children: Vec<Child> = who
         .iter()

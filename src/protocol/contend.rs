@@ -17,7 +17,7 @@ use crate::owner::Owner;
 use crate::paths::guard_name;
 use crate::reclaim::{reclaim, Expect, Reclaim};
 use crate::space::{beacon_free, Seen, Space};
-use crate::sys::{FileId, Identity, Meta, System};
+use crate::sys::{gone, FileId, Identity, Meta, System};
 use std::time::Duration;
 
 /// How often a fail-fast acquisition republishes after the holder vanished under it before it
@@ -483,6 +483,14 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         owner: Owner,
         judgement: Judgement,
     ) -> Result<Next<S>, Error> {
+        // The directory judged may have left `NAME` since it was opened: handed over or
+        // released (its holder's `flock` let go just after), it proves nothing about `NAME`.
+        match self.sp.sys.meta_at(self.sp.dir, self.req.name) {
+            Ok(now) if now.id == meta.id => {}
+            Ok(_) => return self.idle_round(),
+            Err(e) if gone(&e) => return self.idle_round(), // (ESTALE too: removed meanwhile)
+            Err(e) => return Err(self.sp.io("check the lock", self.req.name, e)),
+        }
         let grace = self.req.options.grace;
         let (age, clock_ahead) = self.ages.age(self.sp.sys, meta.id, meta.mtime);
         let remaining = grace_left(judgement.liveness, age, grace).unwrap_or_default();

@@ -321,6 +321,9 @@ fn regressions_of_shared_locks() {
         (3, 43, true, 0),
         // A reader joining past a waiting writer (the exhaustive case takes minutes).
         (3, 34, false, 0),
+        // Moved again when a dead verdict was checked against `NAME` before a takeover.
+        (4, 502, true, 1),
+        (1, 207, true, 1),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

@@ -52,9 +52,10 @@ const HANDOVER_TRIES: usize = 4;
 
 /// A directory beside the lock (`NAME.queue`, `NAME.writers`), made if need be (private, or
 /// the group's in a group's lock directory), held with a `flock` (exclusive or shared) and
-/// checked to be still at its name. `Ok(None)` where the filesystem has no `flock`, or a
-/// conflicting one stays held past a waiter's patience (see [`lock_among_waiters`]). `what`
-/// names it in an error.
+/// checked to be still at its name. `Ok(None)` where the filesystem has no `flock`, or, for
+/// an exclusive `flock`, a conflicting one stays held past a waiter's patience (see
+/// [`lock_among_waiters`]); a shared one is tried again, [`TRIES`] times in all. `what` names
+/// it in an error.
 pub(crate) fn hold_beside<S: System>(
     sp: &Space<S>,
     name: &str,
@@ -111,9 +112,9 @@ pub(crate) fn hold_beside<S: System>(
 }
 
 /// As [`crate::space::lock_past_peekers`], for a `flock` that waiters take for an instant, one
-/// after another (the queue's, to number an entry): pauses of 1 ms at most (not 10), lest one
-/// that has waited lose it to each newcomer, for about as long in all as a peek is waited for
-/// (150 ms, and 1,000 tries at most). Eight processes cycling: the longest wait 11 ms, not 20.
+/// after another (the queue's, to number an entry; `NAME.writers`' too, shared): pauses of 1 ms
+/// at most (not 10), lest one that has waited lose it to each newcomer, for about as long in
+/// all as a peek is waited for (150 ms, and 1,000 tries at most). See docs/performance.md.
 fn lock_among_waiters<S: System>(
     sp: &Space<S>,
     dir: &S::Dir,

@@ -127,6 +127,15 @@ impl Options {
     }
 }
 
+/// How [`crate::space::lock_persisting`] retries a `flock` held by others: pauses growing
+/// from `first` to `most`, `tries` tries at most, and none once `patience` (if any) has passed.
+pub(crate) struct Persist {
+    pub(crate) first: Duration,
+    pub(crate) most: Duration,
+    pub(crate) tries: u32,
+    pub(crate) patience: Option<Duration>,
+}
+
 /// Bounded exponential backoff, for the few waits the kernel cannot wake us from (a busy
 /// reclaim guard, a filesystem without inotify).
 #[derive(Debug)]

@@ -6,17 +6,13 @@
 
 use crate::error::Error;
 use crate::liveness::{judge, Judgement, Probe};
-use crate::options::Backoff;
+use crate::options::{Backoff, Persist};
 use crate::owner::Owner;
 use crate::paths::{OWNER_FILE, OWNER_LIMIT};
 use crate::sys::{gone, is, Errno, Identity, Kind, Meta, System};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-/// How many times a `flock` that an observer holds for an instant (status and sweep peek with
-/// a shared one) is retried, with backoff, before it counts as held by someone.
-const PEEK_RETRIES: u32 = 20;
 
 /// A lock directory `D`: its handle, its path (for messages) and the user it belongs to.
 pub(crate) struct Space<'a, S: System> {
@@ -458,10 +454,31 @@ pub(crate) fn lock_past_peekers<S: System>(
     exclusive: bool,
     op: &'static str,
 ) -> Result<Option<bool>, Error> {
-    let mut pause = Backoff::new(Duration::from_micros(100), Duration::from_millis(10));
-    for _ in 0..PEEK_RETRIES {
+    let how = Persist {
+        first: Duration::from_micros(100),
+        most: Duration::from_millis(10),
+        tries: 20,
+        patience: None,
+    };
+    lock_persisting(sp, dir, name, exclusive, op, &how)
+}
+
+/// As [`lock_past_peekers`], retrying as `how` says.
+pub(crate) fn lock_persisting<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    name: &str,
+    exclusive: bool,
+    op: &'static str,
+    how: &Persist,
+) -> Result<Option<bool>, Error> {
+    let since = how.patience.map(|p| (sp.sys.monotonic(), p));
+    let out_of_patience = |(s, p)| sp.sys.monotonic().saturating_sub(s) >= p;
+    let mut pause = Backoff::new(how.first, how.most);
+    for _ in 0..how.tries {
         match sp.sys.try_lock(dir, exclusive) {
             Ok(true) => return Ok(Some(true)),
+            Ok(false) if since.is_some_and(out_of_patience) => break,
             Ok(false) => {
                 let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
             }

@@ -23,10 +23,12 @@
 
 use super::stage::write_record;
 use crate::error::Error;
-use crate::options::Backoff;
+use crate::options::Persist;
 use crate::owner::Owner;
 use crate::paths::{candidate_name, queue_name, Queued, Waiter, TURN_FILE};
-use crate::space::{is_not_dir, make_candidate, not_found, remove_entry_dir, remove_tree, Space};
+use crate::space::{
+    is_not_dir, lock_persisting, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
+};
 use crate::sys::{gone, is, Errno, System};
 use std::io;
 use std::time::Duration;
@@ -54,7 +56,7 @@ const HANDOVER_TRIES: usize = 4;
 /// the group's in a group's lock directory), held with a `flock` (exclusive or shared) and
 /// checked to be still at its name. `Ok(None)` where the filesystem has no `flock`, or, for
 /// an exclusive `flock`, a conflicting one stays held past a waiter's patience (see
-/// [`lock_among_waiters`]); a shared one is tried again, [`TRIES`] times in all. `what` names
+/// [`AMONG_WAITERS`]); a shared one is tried again, [`TRIES`] times in all. `what` names
 /// it in an error.
 pub(crate) fn hold_beside<S: System>(
     sp: &Space<S>,
@@ -74,13 +76,8 @@ pub(crate) fn hold_beside<S: System>(
             Err(e) if is_not_dir(&e) => return Err(not_a_dir(sp, name, what)),
             Err(e) => return Err(failed(e)),
         };
-        match lock_among_waiters(
-            sp,
-            &dir,
-            name,
-            exclusive,
-            "lock the directory beside the lock",
-        ) {
+        let op = "lock the directory beside the lock";
+        match lock_persisting(sp, &dir, name, exclusive, op, &AMONG_WAITERS) {
             Ok(Some(true)) => {}
             Ok(None) => return Ok(None),
             Ok(Some(false)) if exclusive => return Ok(None),
@@ -111,33 +108,16 @@ pub(crate) fn hold_beside<S: System>(
     Err(failed(io::Error::other("it was removed again and again")))
 }
 
-/// As [`crate::space::lock_past_peekers`], for a `flock` that waiters take for an instant, one
-/// after another (the queue's, to number an entry; `NAME.writers`' too, shared): pauses of 1 ms
-/// at most (not 10), lest one that has waited lose it to each newcomer, for about as long in
-/// all as a peek is waited for (150 ms, and 1,000 tries at most). See docs/performance.md.
-fn lock_among_waiters<S: System>(
-    sp: &Space<S>,
-    dir: &S::Dir,
-    name: &str,
-    exclusive: bool,
-    op: &'static str,
-) -> Result<Option<bool>, Error> {
-    const PATIENCE: Duration = Duration::from_millis(150);
-    let started = sp.sys.monotonic();
-    let mut pause = Backoff::new(Duration::from_micros(50), Duration::from_millis(1));
-    for _ in 0..1_000 {
-        match sp.sys.try_lock(dir, exclusive) {
-            Ok(true) => return Ok(Some(true)),
-            Ok(false) if sp.sys.monotonic().saturating_sub(started) < PATIENCE => {
-                let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
-            }
-            Ok(false) => break,
-            Err(e) if is(&e, Errno::LockUnsupported) => return Ok(None),
-            Err(e) => return Err(sp.io(op, name, e)),
-        }
-    }
-    Ok(Some(false))
-}
+/// How a `flock` that waiters take for an instant, one after another, is retried (the queue's,
+/// to number an entry; `NAME.writers`' too, shared): pauses of 1 ms at most (not a peek's 10),
+/// lest one that has waited lose it to each newcomer, for about as long in all as a peek is
+/// waited for (150 ms, and 1,000 tries at most). See docs/performance.md.
+const AMONG_WAITERS: Persist = Persist {
+    first: Duration::from_micros(50),
+    most: Duration::from_millis(1),
+    tries: 1_000,
+    patience: Some(Duration::from_millis(150)),
+};
 
 /// The error of a file or symbolic link at `name`, where a directory for `what` belongs.
 fn not_a_dir<S: System>(sp: &Space<S>, name: &str, what: &str) -> Error {

@@ -9,7 +9,7 @@ use crate::liveness::{judge, Judgement, Probe};
 use crate::options::{Backoff, Persist};
 use crate::owner::Owner;
 use crate::paths::{OWNER_FILE, OWNER_LIMIT};
-use crate::sys::{gone, is, Errno, Identity, Kind, Meta, System};
+use crate::sys::{gone, is, CancelHandle, Errno, Identity, Kind, Meta, System, Wake};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -460,10 +460,10 @@ pub(crate) fn lock_past_peekers<S: System>(
         tries: 20,
         patience: None,
     };
-    lock_persisting(sp, dir, name, exclusive, op, &how)
+    lock_persisting(sp, dir, name, exclusive, op, &how, None)
 }
 
-/// As [`lock_past_peekers`], retrying as `how` says.
+/// As [`lock_past_peekers`], retrying as `how` says, and no more once `cancel` fires.
 pub(crate) fn lock_persisting<S: System>(
     sp: &Space<S>,
     dir: &S::Dir,
@@ -471,6 +471,7 @@ pub(crate) fn lock_persisting<S: System>(
     exclusive: bool,
     op: &'static str,
     how: &Persist,
+    cancel: Option<&CancelHandle>,
 ) -> Result<Option<bool>, Error> {
     let since = how.patience.map(|p| (sp.sys.monotonic(), p));
     let out_of_patience = |(s, p)| sp.sys.monotonic().saturating_sub(s) >= p;
@@ -480,7 +481,9 @@ pub(crate) fn lock_persisting<S: System>(
             Ok(true) => return Ok(Some(true)),
             Ok(false) if since.is_some_and(out_of_patience) => break,
             Ok(false) => {
-                let _ = sp.sys.sleep(None, Some(pause.next_pause()), None);
+                if let Ok(Wake::Cancelled) = sp.sys.sleep(None, Some(pause.next_pause()), cancel) {
+                    break;
+                }
             }
             Err(e) if is(&e, Errno::LockUnsupported) => return Ok(None),
             Err(e) => return Err(sp.io(op, name, e)),

@@ -335,7 +335,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         }
     }
 
-    fn left(&self) -> Option<Duration> {
+    pub(super) fn left(&self) -> Option<Duration> {
         let now = self.sp.sys.monotonic();
         self.deadline.map(|d| d.saturating_sub(now))
     }
@@ -588,8 +588,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         if judgement.liveness.is_dead() {
             self.reclaim_dead(dir, meta, owner, judgement)
         } else {
-            if owner.is_shared() && !self.expired() {
-                self.intend(meta.id)?;
+            if owner.is_shared() && !self.expired() && !self.intend(meta.id)? {
+                return Ok(Next::Again);
             }
             self.wait_for_holder(dir, meta, owner, judgement)
         }

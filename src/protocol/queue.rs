@@ -29,7 +29,7 @@ use crate::paths::{candidate_name, queue_name, Queued, Waiter, TURN_FILE};
 use crate::space::{
     is_not_dir, lock_persisting, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
 };
-use crate::sys::{gone, is, Errno, System};
+use crate::sys::{gone, is, CancelHandle, Errno, System};
 use std::io;
 use std::time::Duration;
 
@@ -52,19 +52,48 @@ const TRIES: u32 = 8;
 /// before it releases the lock as if no one waited.
 const HANDOVER_TRIES: usize = 4;
 
+/// What [`hold_beside`] found.
+pub(crate) enum Beside<D> {
+    /// The directory, held, and still at its name.
+    Held(D),
+    /// Another process keeps a conflicting `flock` on it past the waiter's patience (one
+    /// stopped while it peeked, or that numbers its own entry: see [`AMONG_WAITERS`]), or the
+    /// waiter was cancelled meanwhile.
+    Busy,
+    /// The filesystem has no `flock`.
+    NoFlock,
+}
+
+/// How long a waiter may try for a `flock` beside the lock: its time left (`None`: no
+/// deadline) and its cancel.
+#[derive(Clone, Copy)]
+pub(crate) struct Bound<'c> {
+    pub(crate) left: Option<Duration>,
+    pub(crate) cancel: Option<&'c CancelHandle>,
+}
+
+impl Bound<'_> {
+    /// `patience`, or the time left if that is shorter.
+    fn cap(&self, patience: Duration) -> Duration {
+        self.left.map_or(patience, |left| patience.min(left))
+    }
+}
+
 /// A directory beside the lock (`NAME.queue`, `NAME.writers`), made if need be (private, or
 /// the group's in a group's lock directory), held with a `flock` (exclusive or shared) and
-/// checked to be still at its name. `Ok(None)` where the filesystem has no `flock`, or, for
-/// an exclusive `flock`, a conflicting one stays held past a waiter's patience (see
-/// [`AMONG_WAITERS`]); a shared one is tried again, [`TRIES`] times in all. `what` names
-/// it in an error.
+/// checked to be still at its name. `what` names it in an error.
 pub(crate) fn hold_beside<S: System>(
     sp: &Space<S>,
     name: &str,
     exclusive: bool,
     what: &'static str,
-) -> Result<Option<S::Dir>, Error> {
+    bound: Bound<'_>,
+) -> Result<Beside<S::Dir>, Error> {
     let failed = |e| sp.io("make the directory beside the lock", name, e);
+    let how = Persist {
+        patience: AMONG_WAITERS.patience.map(|p| bound.cap(p)),
+        ..AMONG_WAITERS
+    };
     for _ in 0..TRIES {
         let made = match sp.sys.mkdir_at(sp.dir, name) {
             Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(failed(e)),
@@ -77,12 +106,12 @@ pub(crate) fn hold_beside<S: System>(
             Err(e) => return Err(failed(e)),
         };
         let op = "lock the directory beside the lock";
-        match lock_persisting(sp, &dir, name, exclusive, op, &AMONG_WAITERS) {
+        match lock_persisting(sp, &dir, name, exclusive, op, &how, bound.cancel) {
             Ok(Some(true)) => {}
-            Ok(None) => return Ok(None),
-            Ok(Some(false)) if exclusive => return Ok(None),
+            Ok(Some(false)) => return Ok(Beside::Busy),
+            Ok(None) => return Ok(Beside::NoFlock),
             Err(e) if !not_found(&e) => return Err(e),
-            _ => continue,
+            Err(_) => continue,
         }
         if made && sp.shared.is_some() {
             // In a group's lock directory, the group's processes use it too.
@@ -102,7 +131,7 @@ pub(crate) fn hold_beside<S: System>(
             });
         }
         if sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == here.id) {
-            return Ok(Some(dir));
+            return Ok(Beside::Held(dir));
         }
     }
     Err(failed(io::Error::other("it was removed again and again")))
@@ -150,8 +179,8 @@ pub(crate) enum Ahead<D> {
 }
 
 /// Takes a number in `NAME`'s queue for the candidate of `record` (its token), a waiter of
-/// kind `kind`. `Ok(None)` where there can be no queue (no
-/// `flock`), or its `flock` stays held: the acquisition then waits unqueued.
+/// kind `kind`, trying for the queue's `flock` within `bound`. `Ok(None)` where there can be
+/// no queue (no `flock`), or its `flock` stays held: the acquisition then waits unqueued.
 ///
 /// # Errors
 ///
@@ -161,10 +190,12 @@ pub(crate) fn join<S: System>(
     lock: &str,
     record: &Owner,
     kind: Waiter,
+    bound: Bound<'_>,
 ) -> Result<Option<Ticket<S>>, Error> {
     let qname = queue_name(lock);
     for _ in 0..TRIES {
-        let Some(queue) = hold_beside(sp, &qname, true, "the lock's waiters")? else {
+        let Beside::Held(queue) = hold_beside(sp, &qname, true, "the lock's waiters", bound)?
+        else {
             return Ok(None);
         };
         let ticket = number(sp, &qname, queue, record, kind);

@@ -23,7 +23,7 @@
 //!   before it is [`KEEP_FRESH`] old, so that it never looks older than their grace period
 //!   while a reader lives.
 
-use super::queue::{hold_beside, Ticket};
+use super::queue::{hold_beside, Beside, Bound, Ticket};
 use super::stage::{new_record, shared_record, write_record, Held, Request};
 use super::{check_held, retire_checked_own};
 use crate::error::Error;
@@ -193,16 +193,22 @@ pub(crate) struct Intent<S: System> {
 
 impl<S: System> Intent<S> {
     /// Puts a waiting writer in for the shared lock `NAME`: `NAME.writers`, made if need be,
-    /// held with a shared `flock`.
+    /// held with a shared `flock`, tried for within `bound`. `None` while another process
+    /// keeps it locked (one stopped while it peeked): the writer waits without it for now.
     ///
     /// # Errors
     ///
     /// An I/O error making it.
-    pub(crate) fn new(sp: &Space<S>, name: &str) -> Result<Intent<S>, Error> {
-        Ok(Intent {
-            writers: hold_writers(sp, name)?,
+    pub(crate) fn new(
+        sp: &Space<S>,
+        name: &str,
+        bound: Bound<'_>,
+    ) -> Result<Option<Intent<S>>, Error> {
+        let writers = hold_writers(sp, name, bound)?;
+        Ok(writers.map(|writers| Intent {
+            writers,
             entry: None,
-        })
+        }))
     }
 
     /// Whether its entry is in the lock `id`.
@@ -287,19 +293,23 @@ pub(crate) fn remove_writers_if_free<S: System>(
     removed
 }
 
-/// `NAME.writers`, made if need be, held with a shared `flock` (and still at its name).
-fn hold_writers<S: System>(sp: &Space<S>, name: &str) -> Result<S::Dir, Error> {
+/// `NAME.writers`, made if need be, held with a shared `flock` (and still at its name), tried
+/// for within `bound`: `None` while another process keeps it locked.
+fn hold_writers<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    bound: Bound<'_>,
+) -> Result<Option<S::Dir>, Error> {
     let wname = writers_name(name);
-    hold_beside(
-        sp,
-        &wname,
-        false,
-        "the writers that wait for the lock's readers",
-    )?
-    .ok_or_else(|| {
-        let e = io::Error::other("another process keeps it locked");
-        sp.io("put a waiting writer in", &wname, e)
-    })
+    let what = "the writers that wait for the lock's readers";
+    match hold_beside(sp, &wname, false, what, bound)? {
+        Beside::Held(writers) => Ok(Some(writers)),
+        Beside::Busy => Ok(None),
+        Beside::NoFlock => {
+            let e = io::Error::other("the filesystem has no flock here");
+            Err(sp.io("put a waiting writer in", &wname, e))
+        }
+    }
 }
 
 /// `NAME.writers`, when a writer waits for the shared lock `NAME` (holds its shared `flock`).

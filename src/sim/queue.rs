@@ -106,3 +106,21 @@ impl State {
         }
     }
 }
+
+/// [`Script::Stopped`]: looks for the directory every 10 ms for a virtual second at most.
+pub(crate) fn stop_holding(sys: &SimSys, root: &SimDir, beside: &str, make: bool, hold: u8) {
+    let name = format!("{LOCK}{beside}");
+    for _ in 0..100 {
+        if make {
+            let _ = sys.mkdir_at(root, &name);
+        }
+        if let Ok(d) = sys.open_dir_at(root, &name) {
+            if sys.try_lock(&d, true).unwrap_or(false) {
+                let _ = sys.sleep(None, Some(Duration::from_secs(hold.into())), None);
+                let _ = sys.unlock(&d);
+                return;
+            }
+        }
+        let _ = sys.sleep(None, Some(Duration::from_millis(10)), None);
+    }
+}

@@ -292,6 +292,31 @@ pub(crate) fn left_nothing(sys: &SimSys, task: usize) {
     }
 }
 
+/// A hurried acquisition: one whose timeout is under this (the simulation's others wait for
+/// seconds), which [`on_time`] holds to its deadline.
+const HURRIED: Duration = Duration::from_millis(100);
+
+/// How long past its deadline a hurried acquisition may take to return: its last steps
+/// (withdraw its candidate, leave the queue), a system call each on the virtual clock, with
+/// the other processes' steps between them.
+const OVERRUN: Duration = Duration::from_millis(80);
+
+/// A hurried acquisition that `started` then, and failed with `got`, returns by its deadline
+/// (within [`OVERRUN`]): nothing it waits on, a `flock` kept by a stopped process included,
+/// holds it longer.
+pub(crate) fn on_time<T>(sys: &SimSys, wait: Wait, started: Duration, got: &Result<T, Error>) {
+    let took = sys.monotonic().saturating_sub(started);
+    if let (Wait::Timeout(t), Err(e)) = (wait, got) {
+        if t < HURRIED && took > t + OVERRUN {
+            let past = took - t;
+            report(
+                sys,
+                format!("p{} returned {past:?} past its deadline: {e}", sys.slot),
+            );
+        }
+    }
+}
+
 /// I1 and I10: `(slot, task)` now believes it reads (a shared lock's reader).
 pub(crate) fn enter_shared(sys: &SimSys) {
     let mut st = sys.world.lock();
@@ -326,7 +351,9 @@ pub(crate) fn leave_shared(sys: &SimSys, releasing: bool) {
 pub(crate) fn read(sys: &SimSys, wait: Wait, hold: u8, grace: Duration, recovery: bool) {
     let mut acq = acquisition(sys, wait, grace, 0);
     acq.options.shared = true;
+    let started = sys.monotonic();
     let got = acquire::now(acq.run(&Blocking));
+    on_time(sys, wait, started, &got);
     let Acquired { held, dir: d, .. } = match got {
         Ok(a) => a,
         Err(e) if e.is_contended() && !recovery => return left_nothing(sys, 0),

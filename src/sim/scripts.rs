@@ -72,6 +72,16 @@ pub(crate) enum Script {
     /// The reference implementation (see [`reference`](super::reference)): takes the lock
     /// `rounds` times, waiting for a live holder `tries` times a second at most.
     Reference { rounds: u8, tries: u8 },
+    /// A process stopped (`SIGSTOP`) while it held the exclusive `flock` of the directory
+    /// beside the lock named `LOCK` + `beside` (`.queue`: a waiter taking its number;
+    /// `.writers`: a status peeking): it looks for the directory (makes it, if `make`), locks
+    /// it, keeps it locked for `hold` seconds, and lets go.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Stopped {
+        beside: &'static str,
+        make: bool,
+        hold: u8,
+    },
 }
 
 /// What a planted lock's record says.
@@ -209,6 +219,9 @@ pub(crate) fn play(sys: &SimSys, script: Script, grace: Duration, recovery: bool
                 reference(sys, tries);
             }
         }
+        Script::Stopped { beside, make, hold } => {
+            super::queue::stop_holding(sys, &root, beside, make, hold)
+        }
     }
 }
 
@@ -296,7 +309,9 @@ fn forked(sys: &SimSys, grace: Duration) {
 /// One round of a worker: acquire (in the current lock directory, re-opened if a cleaner
 /// removed it, as `Locks` does), a critical section with a scheduling point, release.
 fn work(sys: &SimSys, wait: Wait, grace: Duration, recovery: bool, fork_to: Option<usize>) {
+    let started = sys.monotonic();
     let got = acquire::now(acquisition(sys, wait, grace, 0).run(&Blocking));
+    on_time(sys, wait, started, &got);
     match got {
         Ok(Acquired { held, dir: d, .. }) => {
             if let Some(child) = fork_to {

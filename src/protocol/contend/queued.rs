@@ -6,7 +6,7 @@
 use super::{Contender, Next};
 use crate::error::Error;
 use crate::paths::{queue_name, tombstone_name, Waiter as Kind};
-use crate::protocol::queue;
+use crate::protocol::queue::{self, Bound};
 use crate::protocol::stage::{
     publish, refresh, restage, unstage, Held, Publish, Staged, REFRESH_AFTER,
 };
@@ -22,7 +22,7 @@ pub(super) const DEFER: Duration = Duration::from_millis(100);
 /// Its pause between two looks while it lets a waiter ahead publish.
 pub(super) const DEFER_PAUSE: Duration = Duration::from_millis(1);
 
-impl<S: System> Contender<'_, '_, S> {
+impl<'r, S: System> Contender<'r, '_, S> {
     /// Before a publish: the lock was handed to us (`Won`), or a live waiter ahead of us may
     /// take the free lock first (a pause); `None`: publish.
     fn before_publish(&mut self) -> Option<Next<S>> {
@@ -133,6 +133,14 @@ impl<S: System> Contender<'_, '_, S> {
         self.ticket.as_ref().map(|t| t.number)
     }
 
+    /// How long a `flock` beside the lock may be tried for: the time left, and the cancel.
+    pub(super) fn bound(&self) -> Bound<'r> {
+        Bound {
+            left: self.left(),
+            cancel: self.cancel(),
+        }
+    }
+
     /// Takes a number in the queue, once (a filesystem without `flock` has none; an
     /// acquisition that does not wait takes none).
     pub(super) fn enqueue(&mut self) {
@@ -150,7 +158,8 @@ impl<S: System> Contender<'_, '_, S> {
         };
         // The queue orders waiters, and nothing more: one that cannot be used (not a private
         // directory, a full disk) leaves this acquisition to wait unqueued, as without one.
-        self.ticket = queue::join(self.sp, self.req.name, &c.owner, kind).unwrap_or(None);
+        self.ticket =
+            queue::join(self.sp, self.req.name, &c.owner, kind, self.bound()).unwrap_or(None);
         self.queued |= self.ticket.is_some();
     }
 

@@ -172,29 +172,36 @@ impl<S: System> Contender<'_, '_, S> {
 
     /// A writer about to wait for the readers of the shared lock `id`: its entry there keeps
     /// new readers out (made once per lock; one in a lock waited for before is taken out).
-    pub(super) fn intend(&mut self, id: FileId) -> Result<(), Error> {
+    /// `Ok(false)` if `NAME.writers` stayed locked by another process (one stopped while it
+    /// peeked) for as long as the writer may try: it looks again rather than wait unmarked.
+    pub(super) fn intend(&mut self, id: FileId) -> Result<bool, Error> {
         let (sp, req) = (self.sp, self.req);
         // Held from the first wait to the end: readers stay out also while the writer moves
         // on to a lock readers took anew (past the writer, before it came).
         if self.intent.is_none() {
-            self.intent = Some(Intent::new(sp, req.name)?);
+            self.intent = Intent::new(sp, req.name, self.bound())?;
         }
-        if self.intent.as_ref().is_some_and(|i| i.entered(id)) {
-            return Ok(());
+        let Some(intent) = self.intent.as_ref() else {
+            return Ok(false);
+        };
+        if intent.entered(id) {
+            return Ok(true);
         }
         let Ok(lock) = sp.sys.open_dir_at(sp.dir, req.name) else {
-            return Ok(()); // gone meanwhile: the wait ends at once
+            return Ok(true); // gone meanwhile: the wait ends at once
         };
         if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
-            return Ok(());
+            return Ok(true);
         }
         let token = self.staged().owner.token.clone();
-        let intent = self.intent.as_mut().expect("just made");
+        let Some(intent) = self.intent.as_mut() else {
+            return Ok(false);
+        };
         match intent.enter(sp, req, self.me, (lock, id), token) {
             // Retired meanwhile (its last reader left, or a reclaimer took it): the wait ends
             // at once, as above.
-            Err(e) if not_found(&e) => Ok(()),
-            other => other,
+            Err(e) if not_found(&e) => Ok(true),
+            other => other.map(|()| true),
         }
     }
 }

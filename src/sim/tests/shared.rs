@@ -202,6 +202,31 @@ fn the_record_of_long_reads_stays_fresh_for_the_reference() {
     eprintln!("long reads: {steps} steps");
 }
 
+/// A process stopped while it held the exclusive `flock` beside the lock (the queue's, taking
+/// its number; `NAME.writers`, a status peeking at it) makes no waiter fail, and keeps no
+/// hurried one (a 10 ms timeout) past its deadline: the waiter waits without its place in the
+/// queue, or a writer without its mark, and tries for it again at its next round. (Found in
+/// review: a writer failed after 1.2 s, "removed again and again"; each round spent 150 ms
+/// on the queue's `flock`, past any deadline.)
+#[test]
+fn a_process_stopped_beside_the_lock_fails_no_waiter_and_delays_none() {
+    let hurried = Wait::Timeout(Duration::from_millis(10));
+    for beside in [".queue", ".writers"] {
+        for (wait, rounds) in [(Wait::Forever, 1), (hurried, 3)] {
+            let stopped = Script::Stopped {
+                beside,
+                make: true,
+                hold: 3,
+            };
+            let waiter = Script::Worker { rounds, wait };
+            let scripts = vec![reader(1, Wait::Forever, 2), stopped, waiter];
+            let mut cfg = config(scripts, Mutant::None);
+            cfg.crashes = 0;
+            random(&cfg, 0..20);
+        }
+    }
+}
+
 /// The shapes of the soak below, without crashes: 0, two readers and two writers (one writing
 /// three times); 1, with timeouts and `sweep --grace 0`; 2, failing fast, with a temp cleaner
 /// and an unlock; 3, beside another thread, a runtime of tasks and the reference; 4, three

@@ -41,7 +41,8 @@ pub(crate) enum Cmd {
         without running the command, as with flock(1); one that comes before the command's \
         exec begins keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
         script's background job) stay ignored, and reach the command ignored. Once the \
-        command runs, those signals sent to `dirlock run` are forwarded to it. The command \
+        command runs, those signals sent to `dirlock run`, and an alarm its caller set, are \
+        forwarded to it. The command \
         never outlives `dirlock run`: if `dirlock run` is killed (even by SIGKILL), the kernel \
         kills the command too, unless the command changes its user or group (sudo, su, \
         setpriv, a daemon dropping privileges) or runs a program that gains privileges \
@@ -62,7 +63,8 @@ pub(crate) enum Cmd {
         without running the command, as with flock(1); one that comes before the command's \
         exec begins keeps it from starting. Signals its caller made ignored (nohup, trap '', a \
         script's background job) stay ignored, and reach the command ignored. Once the \
-        command runs, those signals sent to `dirlock run` are forwarded to it. The command \
+        command runs, those signals sent to `dirlock run`, and an alarm its caller set, are \
+        forwarded to it. The command \
         inherits the lock (unless -o), so the lock stays held while it, or anything \
         it left running in the background, is alive, also if `dirlock run` is killed: this \
         kernel (unlike Linux's and FreeBSD's) cannot kill the command with it. It finds the \

@@ -17,16 +17,17 @@ pub(crate) const RECLAIMED_FROM: &str = "DIRLOCK_RECLAIMED_FROM";
 
 /// Where `dirlock run` is, for its signal thread.
 pub(crate) enum Phase {
-    /// Finding the lock directory: nothing is held yet, a signal ends `run` at once.
+    /// Finding the lock directory, or past an acquisition that failed: nothing is held, a
+    /// signal ends `run` at once.
     Setup,
     /// Taking the lock: a signal abandons the wait (the first one is kept), and `run` dies of
     /// it once nothing is left behind.
     Waiting(Option<i32>),
     /// The lock is held and the command being started: a signal (a terminal's included: the
     /// command may not exist yet to receive it) shuts the gate, so that the command never
-    /// starts, and is kept: `run` releases and dies of it, or, the command past the gate
-    /// already, passes it on.
-    Starting(Option<i32>),
+    /// starts, and is kept (each kind once, in the order they came): `run` releases and dies
+    /// of the first, or, the command past the gate already, passes them on.
+    Starting(Vec<i32>),
     /// The command runs: signals other processes send are forwarded to it.
     Running(u32),
     /// The command has exited (its pid may be another process's by now): nothing is forwarded.
@@ -76,7 +77,11 @@ pub(crate) fn run(
             drop(acquired); // got it just as the signal came: released, nothing runs
             sys::die_by(sig);
         }
-        *phase = Phase::Starting(None);
+        // (A signal that comes while a failure is said ends `run` at once, as a wait's does.)
+        *phase = match acquired {
+            Ok(_) => Phase::Starting(Vec::new()),
+            Err(_) => Phase::Setup,
+        };
     }
     let guard = acquired?;
     announce(&guard, &what, started, opts);
@@ -140,7 +145,7 @@ fn start(
     // A signal that came while the command was being started: it stopped the command at the
     // gate (or, the gate passed already, the command gets it below).
     let stopped = match (&spawned, &*lock_phase()) {
-        (Err(_), Phase::Starting(Some(sig))) => Some(*sig),
+        (Err(_), Phase::Starting(pending)) => pending.first().copied(),
         _ => None,
     };
     let child = match spawned {
@@ -154,9 +159,11 @@ fn start(
         }
     };
     let pending = std::mem::replace(&mut *lock_phase(), Phase::Running(child.id()));
-    if let Phase::Starting(Some(sig)) = pending {
-        // It came after the command passed the gate: it may have missed it.
-        sys::send_signal(child.id(), sig);
+    if let Phase::Starting(pending) = pending {
+        // They came after the command passed the gate: it may have missed them.
+        for sig in pending {
+            sys::send_signal(child.id(), sig);
+        }
     }
     Ok((guard, child))
 }
@@ -193,7 +200,7 @@ fn finish(
 /// asks.
 fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel, gate: &Arc<sys::StartGate>) {
     let (phase, cancel, gate) = (phase.clone(), cancel.clone(), gate.clone());
-    sys::on_signals(move |sig, from_process| {
+    sys::on_signals(move |sig, alone| {
         match &mut *phase.lock().unwrap_or_else(|e| e.into_inner()) {
             Phase::Setup => sys::die_by(sig),
             Phase::Waiting(first) => {
@@ -201,12 +208,14 @@ fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel, gate: &Arc<sys::St
                 cancel.cancel();
             }
             Phase::Starting(pending) => {
-                pending.get_or_insert(sig);
+                if !pending.contains(&sig) {
+                    pending.push(sig);
+                }
                 gate.shut();
             }
             // A terminal's Ctrl-C or hangup reached the command already (same process
-            // group): only what another process sent us is passed on.
-            Phase::Running(child) if from_process => sys::send_signal(*child, sig),
+            // group): only what reached us alone is passed on.
+            Phase::Running(child) if alone => sys::send_signal(*child, sig),
             Phase::Running(_) | Phase::Done => {}
         }
     });

@@ -19,6 +19,20 @@ pub fn kill_group(pgid: u32) {
     }
 }
 
+/// Makes the process `cmd` starts begin with an alarm `secs` seconds ahead, as when its
+/// caller set one (alarm(2)) and then exec'd it: `exec` keeps the timer.
+pub fn with_alarm(cmd: &mut Command, secs: u32) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure calls only alarm(2), which is
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::alarm(secs);
+            Ok(())
+        })
+    }
+}
+
 /// Makes `cmd` a child the test owns: in a process group of its own (so that what it starts
 /// is killed with it), and SIGKILLed by the kernel when the thread that spawned it ends, so
 /// that a test binary interrupted by Ctrl-C or a CI timeout (which runs no destructor) leaves

@@ -124,9 +124,8 @@ pub fn unblock_forwarded_in_child(cmd: &mut std::process::Command) {
 }
 
 /// Starts a thread that receives every signal [`block_forwarded_signals`] took over and calls
-/// `handler(signal, from_process)`, where
-/// `from_process` says whether another process sent it with `kill` (rather than the kernel,
-/// for a terminal's Ctrl-C or hangup, which reaches the whole foreground process group).
+/// `handler(signal, alone)`, where `alone` says whether it reached this process alone (see
+/// [`alone`]), not also the command beside it in the foreground process group.
 pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
     #[cfg(not(target_os = "macos"))]
     std::thread::spawn(move || {
@@ -139,15 +138,23 @@ pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
             if sig < 0 {
                 continue; // EINTR
             }
-            handler(sig, sent_by_process(&info));
+            handler(sig, alone(sig, sent_by_process(&info)));
         }
     });
     #[cfg(target_os = "macos")]
     std::thread::spawn(move || {
         while let Some((sig, from_process)) = handler::next() {
-            handler(sig, from_process);
+            handler(sig, alone(sig, from_process));
         }
     });
+}
+
+/// Whether signal `sig` reached this process alone: another process sent it (`kill`), or it
+/// is our own timer's (an `alarm` the caller set before it ran us, which `exec` keeps and a
+/// child does not inherit). The kernel's other signals here are a terminal's (Ctrl-C, the quit key,
+/// a hangup), which reach the whole foreground process group, the command included.
+fn alone(sig: libc::c_int, sent_by_process: bool) -> bool {
+    sent_by_process || sig == libc::SIGALRM
 }
 
 /// Whether a signal was sent by a process (`kill`, `sigqueue`, `tkill`) rather than by the

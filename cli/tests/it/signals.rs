@@ -154,6 +154,60 @@ fn ctrl_c_while_the_command_starts_is_not_lost() {
     );
 }
 
+/// A signal that comes as `dirlock run` ends on a failed acquisition ends it by that signal, as
+/// one during the wait does (it exited with the failure's status, 75, and a loop that retries
+/// on failure went on). strace holds `run` at its exit for the signal to come there.
+#[test]
+#[cfg(target_os = "linux")] // strace, /proc
+fn a_signal_as_a_failed_run_ends_ends_it() {
+    if lacks(
+        "signals::a_signal_as_a_failed_run_ends_ends_it",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let _holder = Holder::start(fx.dir(), &["--lock", "f.lock"]);
+    let dir = fx.dir().display().to_string();
+    let mut traced = ChildGuard::spawn(
+        Command::new("strace")
+            .args(["-o", "/dev/null", "-f", "-e", "trace=exit_group"])
+            .args(["-e", "inject=exit_group:delay_enter=3000000"])
+            .args([
+                BIN, "run", "--dir", &dir, "--lock", "f.lock", "-n", "-q", "--", "true",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    // `run`, the tracer's child, at the entry of its exit_group (the number first in
+    // /proc/PID/syscall).
+    let tracer = traced.0.id();
+    let children = format!("/proc/{tracer}/task/{tracer}/children");
+    let run = || {
+        std::fs::read_to_string(&children)
+            .ok()?
+            .trim()
+            .parse::<u32>()
+            .ok()
+    };
+    let exiting = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/syscall"))
+            .is_ok_and(|s| s.split(' ').next() == Some(&libc::SYS_exit_group.to_string()))
+    };
+    let mut pid = None;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            pid = run();
+            pid.is_some_and(exiting)
+        }),
+        "run did not come to its exit"
+    );
+    assert!(signal(pid.unwrap(), libc::SIGTERM));
+    let status = traced.wait_for(Duration::from_secs(20));
+    assert_eq!(status.map(shell_status), Some(143), "the signal was lost");
+}
+
 /// Once the command runs, a signal another process sends `dirlock run` reaches it after a wait
 /// too; the lock is released after the command exits.
 #[test]
@@ -188,6 +242,42 @@ fn a_signal_reaches_the_command_after_a_wait() {
         fx.entries(),
         Vec::<String>::new(),
         "released after the command exited"
+    );
+}
+
+/// An alarm the caller set before it ran `dirlock run` (exec keeps it; the command, a child,
+/// does not inherit it) reaches the command when it fires, as another process's signal does:
+/// the kernel sends it to `dirlock run` alone. (It was taken for a terminal's signal, which
+/// the command gets itself, and never passed on.)
+#[test]
+fn an_inherited_alarm_reaches_the_command() {
+    let fx = Fixture::new();
+    let (ready, got) = (fx.tmp.path().join("ready"), fx.tmp.path().join("got"));
+    let script = format!(
+        "trap 'echo alarm > {}; exit 6' ALRM; echo > {}; while :; do sleep 0.02; done",
+        got.display(),
+        ready.display()
+    );
+    let mut cmd = dirlock_in(
+        fx.dir(),
+        &["run", "--lock", "a.lock", "--", "sh", "-c", &script],
+    );
+    let mut run = ChildGuard::spawn(
+        crate::common::sys::with_alarm(&mut cmd, 2)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let status = run.wait_for(Duration::from_secs(20));
+    assert!(
+        ready.exists(),
+        "the command did not start within the alarm's 2 s"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(6), "the command's trap");
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "alarm\n");
+    assert_eq!(
+        fx.entries(),
+        Vec::<String>::new(),
+        "released after the command"
     );
 }
 

@@ -10,7 +10,7 @@ use dirlock::{Cancel, Error, Liveness, LockGuard, LockRequest};
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Child, ExitCode};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The variable that gives the command the record of the holder whose lock `run` took over.
 pub(crate) const RECLAIMED_FROM: &str = "DIRLOCK_RECLAIMED_FROM";
@@ -63,16 +63,15 @@ pub(crate) fn run(
     opts: &RunOptions,
     command: &Program,
 ) -> Result<ExitCode, Failure> {
-    let (phase, cancel, gate) = catch_signals()?;
-    let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
+    let signals = catch_signals()?;
     let req = select(sel)?;
     let what = req.resource()?;
-    *lock_phase() = Phase::Waiting(None);
+    *signals.settled() = Phase::Waiting(None);
     let started = std::time::Instant::now();
-    let acquired = acquire(configure(req, acq).cancel(&cancel), opts);
+    let acquired = acquire(configure(req, acq).cancel(&signals.cancel), opts);
     // Decide under the phase lock, so that a signal is either seen here or kept for later.
     {
-        let mut phase = lock_phase();
+        let mut phase = signals.settled();
         if let Phase::Waiting(Some(sig)) = *phase {
             drop(acquired); // got it just as the signal came: released, nothing runs
             sys::die_by(sig);
@@ -85,13 +84,50 @@ pub(crate) fn run(
     }
     let guard = acquired?;
     announce(&guard, &what, started, opts);
-    let (guard, child) = start(guard, opts, command, &gate, &phase)?;
-    finish(child, guard, &what, opts, &phase)
+    let (guard, child) = start(guard, opts, command, &signals)?;
+    finish(child, guard, &what, opts, &signals)
 }
 
 /// Where `run` is, how to abandon its wait, and the gate that keeps the command from starting:
-/// what the signal thread acts on.
-type Catching = (Arc<Mutex<Phase>>, Cancel, Arc<sys::StartGate>);
+/// what the signals that come act on.
+struct Signals {
+    phase: Mutex<Phase>,
+    cancel: Cancel,
+    gate: sys::StartGate,
+}
+
+impl Signals {
+    /// The phase, locked, once the signals that came meanwhile have acted on it: whoever
+    /// locks it (the signal thread, or `run` as it moves on) takes them first, so that none
+    /// is taken in one phase and acted on in another.
+    fn settled(&self) -> MutexGuard<'_, Phase> {
+        let mut phase = self.phase.lock().unwrap_or_else(|e| e.into_inner());
+        sys::take_signals(|sig, alone| self.act(&mut phase, sig, alone));
+        phase
+    }
+
+    /// What signal `sig` (`alone`: it reached us alone, not the command beside us too) does in
+    /// `phase`.
+    fn act(&self, phase: &mut Phase, sig: i32, alone: bool) {
+        match phase {
+            Phase::Setup => sys::die_by(sig),
+            Phase::Waiting(first) => {
+                first.get_or_insert(sig);
+                self.cancel.cancel();
+            }
+            Phase::Starting(pending) => {
+                if !pending.contains(&sig) {
+                    pending.push(sig);
+                }
+                self.gate.shut();
+            }
+            // A terminal's Ctrl-C or hangup reached the command already (same process
+            // group): only what reached us alone is passed on.
+            Phase::Running(child) if alone => sys::send_signal(*child, sig),
+            Phase::Running(_) | Phase::Done => {}
+        }
+    }
+}
 
 /// Before any thread starts: the signals that would end us (SIGINT, SIGTERM, SIGHUP,
 /// SIGQUIT, SIGUSR1, ...; those the caller made ignored stay ignored) are received by a
@@ -99,16 +135,19 @@ type Catching = (Arc<Mutex<Phase>>, Cancel, Arc<sys::StartGate>);
 /// wait, and once nothing is left behind we die of them (nothing runs, as with flock(1));
 /// one that comes before the command has started keeps it from starting; once it runs they
 /// are forwarded to it (and `dirlock run` itself waits for it and releases).
-fn catch_signals() -> Result<Catching, Failure> {
+fn catch_signals() -> Result<Arc<Signals>, Failure> {
     sys::block_forwarded_signals().map_err(|e| Failure(format!("cannot block signals: {e}"), 1))?;
     let cancel =
         Cancel::new().map_err(|e| Failure(format!("cannot make a cancel handle: {e}"), 1))?;
-    let gate = Arc::new(
-        sys::StartGate::new().map_err(|e| Failure(format!("cannot make a pipe: {e}"), 1))?,
-    );
-    let phase = Arc::new(Mutex::new(Phase::Setup));
-    handle_signals(&phase, &cancel, &gate);
-    Ok((phase, cancel, gate))
+    let gate = sys::StartGate::new().map_err(|e| Failure(format!("cannot make a pipe: {e}"), 1))?;
+    let signals = Arc::new(Signals {
+        phase: Mutex::new(Phase::Setup),
+        cancel,
+        gate,
+    });
+    let theirs = signals.clone();
+    sys::on_signals(move || drop(theirs.settled()));
+    Ok(signals)
 }
 
 /// Says how long it took (-v), and, unless -q, whose lock it took over.
@@ -137,14 +176,12 @@ fn start(
     guard: LockGuard,
     opts: &RunOptions,
     command: &Program,
-    gate: &sys::StartGate,
-    phase: &Mutex<Phase>,
+    signals: &Signals,
 ) -> Result<(LockGuard, Child), Failure> {
-    let lock_phase = || phase.lock().unwrap_or_else(|e| e.into_inner());
-    let spawned = spawn(&guard, opts, command, gate);
+    let spawned = spawn(&guard, opts, command, &signals.gate);
     // A signal that came while the command was being started: it stopped the command at the
     // gate (or, the gate passed already, the command gets it below).
-    let stopped = match (&spawned, &*lock_phase()) {
+    let stopped = match (&spawned, &*signals.settled()) {
         (Err(_), Phase::Starting(pending)) => pending.first().copied(),
         _ => None,
     };
@@ -158,7 +195,7 @@ fn start(
             return Err(failure);
         }
     };
-    let pending = std::mem::replace(&mut *lock_phase(), Phase::Running(child.id()));
+    let pending = std::mem::replace(&mut *signals.settled(), Phase::Running(child.id()));
     if let Phase::Starting(pending) = pending {
         // They came after the command passed the gate: it may have missed them.
         for sig in pending {
@@ -175,10 +212,10 @@ fn finish(
     guard: LockGuard,
     what: &str,
     opts: &RunOptions,
-    phase: &Mutex<Phase>,
+    signals: &Signals,
 ) -> Result<ExitCode, Failure> {
     let status = child.wait();
-    *phase.lock().unwrap_or_else(|e| e.into_inner()) = Phase::Done;
+    *signals.settled() = Phase::Done;
     // What the command left running may outlive us now, as on Unix (without the lock).
     sys::command_exited();
     let released = guard.release();
@@ -194,31 +231,6 @@ fn finish(
         return Ok(sys::exit_status(if code == 0 { 1 } else { code }));
     }
     Ok(sys::exit_status(code))
-}
-
-/// Starts the thread that receives the signals that would end us, and does what the phase
-/// asks.
-fn handle_signals(phase: &Arc<Mutex<Phase>>, cancel: &Cancel, gate: &Arc<sys::StartGate>) {
-    let (phase, cancel, gate) = (phase.clone(), cancel.clone(), gate.clone());
-    sys::on_signals(move |sig, alone| {
-        match &mut *phase.lock().unwrap_or_else(|e| e.into_inner()) {
-            Phase::Setup => sys::die_by(sig),
-            Phase::Waiting(first) => {
-                first.get_or_insert(sig);
-                cancel.cancel();
-            }
-            Phase::Starting(pending) => {
-                if !pending.contains(&sig) {
-                    pending.push(sig);
-                }
-                gate.shut();
-            }
-            // A terminal's Ctrl-C or hangup reached the command already (same process
-            // group): only what reached us alone is passed on.
-            Phase::Running(child) if alone => sys::send_signal(*child, sig),
-            Phase::Running(_) | Phase::Done => {}
-        }
-    });
 }
 
 /// Takes the lock, saying whom it waits for (unless -q). A busy lock fails with the conflict

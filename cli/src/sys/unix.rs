@@ -3,7 +3,7 @@
 //!
 //! | | receiving signals | who sent one | the command dies with us |
 //! | --- | --- | --- | --- |
-//! | Linux | blocked, `sigwaitinfo` in a thread | `si_code <= 0`: a process | `PR_SET_PDEATHSIG` |
+//! | Linux | blocked, read from a signalfd | `si_code <= 0`: a process | `PR_SET_PDEATHSIG` |
 //! | FreeBSD | blocked, `sigwaitinfo` in a thread | `SI_USER`, `SI_QUEUE`, `SI_LWP` | `PROC_PDEATHSIG_CTL` |
 //! | macOS | an `SA_SIGINFO` handler writes to a pipe that a thread reads | `si_pid != 0` or `SI_USER` | no such facility |
 #![allow(unsafe_code)]
@@ -97,10 +97,8 @@ pub fn block_forwarded_signals() -> io::Result<()> {
         if rc != 0 {
             return Err(io::Error::from_raw_os_error(rc));
         }
-        Ok(())
     }
-    #[cfg(target_os = "macos")]
-    handler::install()
+    came::install()
 }
 
 /// Makes the child that `cmd` spawns start with the forwarded signals unblocked again (a
@@ -123,30 +121,25 @@ pub fn unblock_forwarded_in_child(cmd: &mut std::process::Command) {
     }
 }
 
-/// Starts a thread that receives every signal [`block_forwarded_signals`] took over and calls
-/// `handler(signal, alone)`, where `alone` says whether it reached this process alone (see
-/// [`alone`]), not also the command beside it in the foreground process group.
-pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
-    #[cfg(not(target_os = "macos"))]
+/// Starts a thread that calls `wake` whenever a signal [`block_forwarded_signals`] took over
+/// may have come; `wake` takes them with [`take_signals`], under the lock that orders them with
+/// the rest of `run`. On Linux and macOS the thread waits without taking one, so that a signal
+/// that came is always either taken under that lock or still there for the next to take it.
+pub fn on_signals(mut wake: impl FnMut() + Send + 'static) {
     std::thread::spawn(move || {
-        let set = forwarded_set();
-        loop {
-            // SAFETY: siginfo_t is plain data, filled in by sigwaitinfo.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // SAFETY: `set` is initialized and `info` is a valid out-pointer.
-            let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
-            if sig < 0 {
-                continue; // EINTR
-            }
-            handler(sig, alone(sig, sent_by_process(&info)));
+        while came::wait() {
+            wake();
         }
     });
-    #[cfg(target_os = "macos")]
-    std::thread::spawn(move || {
-        while let Some((sig, from_process)) = handler::next() {
-            handler(sig, alone(sig, from_process));
-        }
-    });
+}
+
+/// Passes each signal that came and is not taken yet to `f`, with whether it reached this
+/// process alone ([`alone`]), not also the command beside it in the foreground process group.
+/// Never blocks.
+pub fn take_signals(mut f: impl FnMut(i32, bool)) {
+    while let Some((sig, sent_by_process)) = came::take() {
+        f(sig, alone(sig, sent_by_process));
+    }
 }
 
 /// Whether signal `sig` reached this process alone: another process sent it (`kill`), or it
@@ -160,7 +153,7 @@ fn alone(sig: libc::c_int, sent_by_process: bool) -> bool {
 /// Whether a signal was sent by a process (`kill`, `sigqueue`, `tkill`) rather than by the
 /// kernel: on Linux (and NetBSD, OpenBSD) those are the codes `<= 0` (Linux: `SI_USER` 0,
 /// `SI_QUEUE` -1, `SI_TKILL` -6).
-#[cfg(not(any(target_os = "freebsd", target_os = "macos")))]
+#[cfg(not(any(target_os = "linux", target_os = "freebsd", target_os = "macos")))]
 fn sent_by_process(info: &libc::siginfo_t) -> bool {
     info.si_code <= 0
 }
@@ -176,10 +169,10 @@ fn sent_by_process(info: &libc::siginfo_t) -> bool {
 }
 
 /// macOS has no `sigwaitinfo`: a handler writes each forwarded signal and whether a process
-/// sent it (two bytes, atomically) to a pipe, and the signal thread reads them in order.
+/// sent it (two bytes, atomically) to a pipe, from which they are taken in order.
 #[cfg(target_os = "macos")]
-mod handler {
-    use super::{check, handled};
+mod came {
+    use super::{check, handled, wait_readable};
     use std::io;
     use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -213,8 +206,11 @@ mod handler {
             // SAFETY: both descriptors are open and ours.
             check(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) })?;
         }
-        // SAFETY: the write end is open and ours; a handler must never block.
-        check(unsafe { libc::fcntl(fds[1], libc::F_SETFL, libc::O_NONBLOCK) })?;
+        for fd in fds {
+            // SAFETY: both descriptors are open and ours: a handler must never block, nor a
+            // take.
+            check(unsafe { libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) })?;
+        }
         READ.store(fds[0], Ordering::Relaxed);
         WRITE.store(fds[1], Ordering::Relaxed);
         for sig in handled() {
@@ -228,8 +224,13 @@ mod handler {
         Ok(())
     }
 
-    /// The next recorded signal, waiting for one; `None` if the pipe fails.
-    pub(super) fn next() -> Option<(i32, bool)> {
+    /// Waits until a signal was recorded (`false`: the pipe failed).
+    pub(super) fn wait() -> bool {
+        wait_readable(READ.load(Ordering::Relaxed))
+    }
+
+    /// The first signal recorded and not taken yet (and whether a process sent it).
+    pub(super) fn take() -> Option<(i32, bool)> {
         let mut record = [0u8; 2];
         loop {
             // SAFETY: reads two bytes into a live array from the pipe's read end.
@@ -240,6 +241,105 @@ mod handler {
                 -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
                 _ => return None,
             }
+        }
+    }
+}
+
+/// Linux: a signalfd for the blocked signals, which a `poll` waits on without taking any.
+#[cfg(target_os = "linux")]
+mod came {
+    use super::{check, forwarded_set, wait_readable};
+    use std::io;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static FD: AtomicI32 = AtomicI32::new(-1);
+
+    pub(super) fn install() -> io::Result<()> {
+        let set = forwarded_set();
+        let flags = libc::SFD_NONBLOCK | libc::SFD_CLOEXEC;
+        // SAFETY: `set` is initialized; -1 asks for a new descriptor.
+        FD.store(
+            check(unsafe { libc::signalfd(-1, &set, flags) })?,
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    /// Waits until a signal is pending (`false`: the descriptor failed).
+    pub(super) fn wait() -> bool {
+        wait_readable(FD.load(Ordering::Relaxed))
+    }
+
+    /// A pending signal, taken (and whether a process sent it: `si_code <= 0`). Those that
+    /// name this process as their sender are passed over: a SIGPIPE that a write of the thread
+    /// taking them caused (the kernel names the writer), never a reason to stop.
+    pub(super) fn take() -> Option<(i32, bool)> {
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        loop {
+            // SAFETY: signalfd_siginfo is plain data.
+            let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+            // SAFETY: reads at most `size` bytes into `info`, a live signalfd_siginfo.
+            let n = unsafe { libc::read(FD.load(Ordering::Relaxed), (&raw mut info).cast(), size) };
+            if usize::try_from(n) != Ok(size) {
+                return None;
+            }
+            if info.ssi_pid != std::process::id() {
+                return Some((i32::try_from(info.ssi_signo).ok()?, info.ssi_code <= 0));
+            }
+        }
+    }
+}
+
+/// Elsewhere (FreeBSD): a thread takes each signal with `sigwaitinfo` and keeps it here until
+/// it is taken again. (A signal the thread took and has not kept yet cannot be seen.)
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+mod came {
+    use super::{forwarded_set, sent_by_process};
+    use std::collections::VecDeque;
+    use std::io;
+    use std::sync::Mutex;
+
+    static KEPT: Mutex<VecDeque<(i32, bool)>> = Mutex::new(VecDeque::new());
+
+    pub(super) fn install() -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Takes the next signal that comes, and keeps it.
+    pub(super) fn wait() -> bool {
+        let set = forwarded_set();
+        loop {
+            // SAFETY: siginfo_t is plain data, filled in by sigwaitinfo.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: `set` is initialized and `info` is a valid out-pointer.
+            let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+            if sig > 0 {
+                let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+                kept.push_back((sig, sent_by_process(&info)));
+                return true;
+            }
+        }
+    }
+
+    pub(super) fn take() -> Option<(i32, bool)> {
+        KEPT.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+    }
+}
+
+/// Waits until `fd` is readable (`false`: it failed, or is not open).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn wait_readable(fd: libc::c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one live pollfd.
+        match unsafe { libc::poll(&mut p, 1, -1) } {
+            -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            1 => return p.revents & libc::POLLIN != 0,
+            _ => return false,
         }
     }
 }

@@ -13,9 +13,9 @@
 //!   command has exited, the limit is taken off: what it left running outlives us, as on Unix.
 #![allow(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::io;
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock};
 use windows_sys::core::BOOL;
 use windows_sys::Win32::Foundation::{HANDLE, TRUE};
 use windows_sys::Win32::System::Console::{SetConsoleCtrlHandler, CTRL_BREAK_EVENT, CTRL_C_EVENT};
@@ -26,9 +26,10 @@ use windows_sys::Win32::System::JobObjects::{
 };
 use windows_sys::Win32::System::Threading::GetCurrentProcess;
 
-/// Where the console handler sends the events, and where [`on_signals`] takes them from.
-static SENDER: Mutex<Option<Sender<i32>>> = Mutex::new(None);
-static RECEIVER: Mutex<Option<Receiver<i32>>> = Mutex::new(None);
+/// Where the console handler keeps the events until [`take_signals`] takes them, and how it
+/// wakes the thread of [`on_signals`].
+static CAME: Mutex<VecDeque<i32>> = Mutex::new(VecDeque::new());
+static WAKE: Condvar = Condvar::new();
 
 /// The console control handler: runs on a thread the system makes for it, so it may lock and
 /// send. Returning TRUE keeps the default action (ending this process) from running for
@@ -40,9 +41,10 @@ unsafe extern "system" fn on_event(kind: u32) -> BOOL {
         CTRL_BREAK_EVENT => 21,
         _ => 15,
     };
-    if let Some(tx) = SENDER.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-        let _ = tx.send(sig);
-    }
+    CAME.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push_back(sig);
+    WAKE.notify_all();
     TRUE
 }
 
@@ -53,9 +55,6 @@ unsafe extern "system" fn on_event(kind: u32) -> BOOL {
 ///
 /// When `SetConsoleCtrlHandler` fails.
 pub fn block_forwarded_signals() -> io::Result<()> {
-    let (tx, rx) = channel();
-    *SENDER.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
-    *RECEIVER.lock().unwrap_or_else(|e| e.into_inner()) = Some(rx);
     // SAFETY: `on_event` has the handler's signature and lives for the whole program.
     if unsafe { SetConsoleCtrlHandler(Some(on_event), TRUE) } == 0 {
         return Err(io::Error::last_os_error());
@@ -66,17 +65,24 @@ pub fn block_forwarded_signals() -> io::Result<()> {
 /// Nothing to undo in the child: a handler function is not inherited.
 pub fn unblock_forwarded_in_child(_cmd: &mut std::process::Command) {}
 
-/// Starts a thread that receives the console's control events and calls
-/// `handler(signal, false)` (see the module's docs for the numbers).
-pub fn on_signals(mut handler: impl FnMut(i32, bool) + Send + 'static) {
-    let Some(rx) = RECEIVER.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-        return;
-    };
-    std::thread::spawn(move || {
-        for sig in rx {
-            handler(sig, false);
-        }
+/// Starts a thread that calls `wake` whenever a console control event came; `wake` takes them
+/// with [`take_signals`] (the thread waits without taking one).
+pub fn on_signals(mut wake: impl FnMut() + Send + 'static) {
+    std::thread::spawn(move || loop {
+        let came = CAME.lock().unwrap_or_else(|e| e.into_inner());
+        drop(WAKE.wait_while(came, |c| c.is_empty()));
+        wake();
     });
+}
+
+/// Passes each console control event that came and is not taken yet to `f` (see the module's
+/// docs for the numbers), with `false`: it reached the command too. Never blocks.
+pub fn take_signals(mut f: impl FnMut(i32, bool)) {
+    loop {
+        let next = CAME.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        let Some(sig) = next else { return };
+        f(sig, false);
+    }
 }
 
 /// Ends this process with 128+`sig` (Windows has no death by signal).

@@ -208,6 +208,50 @@ fn a_signal_as_a_failed_run_ends_ends_it() {
     assert_eq!(status.map(shell_status), Some(143), "the signal was lost");
 }
 
+/// A Ctrl-C that `dirlock run` received before the command existed is not lost when the thread
+/// that receives signals is slow to act on it: strace slows the start down, so that Ctrl-C
+/// comes before it, and holds that thread back well past it. (The command ran to its end: the
+/// thread took the signal, then found the command running and took it for one the command had
+/// got from the terminal itself.)
+#[test]
+#[cfg(target_os = "linux")] // strace
+fn ctrl_c_before_the_command_exists_is_not_lost_by_a_slow_signal_thread() {
+    let test = "signals::ctrl_c_before_the_command_exists_is_not_lost_by_a_slow_signal_thread";
+    if lacks(
+        test,
+        "script(1) and strace",
+        have("script") && have("strace"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let out_file = fx.tmp.path().join("out");
+    let inner = format!(
+        "strace -o /dev/null -f -e 'trace=/^(clone|poll|ppoll|rt_sigtimedwait)$' -e inject=clone:delay_enter=3000000 -e 'inject=/^(poll|ppoll|rt_sigtimedwait)$:delay_exit=4000000' {BIN} run --dir {} --lock a.lock -- sh -c 'echo started > {1}; sleep 6; echo finished >> {1}'",
+        fx.dir().display(),
+        out_file.display()
+    );
+    let mut script = ChildGuard::spawn(
+        Command::new("script")
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    // Once the lock is taken (nothing holds it; the runtime's first look at its descriptors,
+    // a poll, is held back too), the start is delayed 3 s.
+    assert!(eventually(Duration::from_secs(20), || fx
+        .entries()
+        .contains(&"a.lock".to_owned())));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut stdin = script.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, b"\x03").unwrap();
+    let status = script.wait_for(Duration::from_secs(30));
+    let out = std::fs::read_to_string(&out_file).unwrap_or_default();
+    assert!(!out.contains("finished"), "the Ctrl-C was lost: {out:?}");
+    assert_eq!(status.and_then(|s| s.code()), Some(130), "{out:?}");
+}
+
 /// Once the command runs, a signal another process sends `dirlock run` reaches it after a wait
 /// too; the lock is released after the command exits.
 #[test]

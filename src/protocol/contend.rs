@@ -7,7 +7,7 @@ mod queued;
 mod readers;
 
 use super::queue::Ticket;
-use super::shared::Intent;
+use super::shared::{Intent, MARK_PATIENCE};
 use super::stage::{refresh, stage, Request, Staged, REFRESH_AFTER};
 use super::Held;
 use crate::error::Error;
@@ -589,7 +589,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             self.reclaim_dead(dir, meta, owner, judgement)
         } else {
             if owner.is_shared() && !self.expired() && !self.intend(meta.id)? {
-                return Ok(Next::Again);
+                return Ok(Next::Pause(MARK_PATIENCE));
             }
             self.wait_for_holder(dir, meta, owner, judgement)
         }

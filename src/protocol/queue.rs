@@ -74,7 +74,7 @@ pub(crate) struct Bound<'c> {
 
 impl Bound<'_> {
     /// `patience`, or the time left if that is shorter.
-    fn cap(&self, patience: Duration) -> Duration {
+    pub(crate) fn cap(&self, patience: Duration) -> Duration {
         self.left.map_or(patience, |left| patience.min(left))
     }
 }

@@ -293,8 +293,14 @@ pub(crate) fn remove_writers_if_free<S: System>(
     removed
 }
 
+/// How long a writer tries for the shared `flock` of `NAME.writers` in one round (those that
+/// keep it from a writer, a status or a last writer out, do so for an instant), and how long it
+/// pauses before the next when another process keeps it (one stopped while it peeked): short
+/// both, lest a writer that waits as a task keep its runtime's thread.
+pub(crate) const MARK_PATIENCE: Duration = Duration::from_millis(10);
+
 /// `NAME.writers`, made if need be, held with a shared `flock` (and still at its name), tried
-/// for within `bound`: `None` while another process keeps it locked.
+/// for within `bound` and [`MARK_PATIENCE`]: `None` while another process keeps it locked.
 fn hold_writers<S: System>(
     sp: &Space<S>,
     name: &str,
@@ -302,6 +308,10 @@ fn hold_writers<S: System>(
 ) -> Result<Option<S::Dir>, Error> {
     let wname = writers_name(name);
     let what = "the writers that wait for the lock's readers";
+    let bound = Bound {
+        left: Some(bound.cap(MARK_PATIENCE)),
+        ..bound
+    };
     match hold_beside(sp, &wname, false, what, bound)? {
         Beside::Held(writers) => Ok(Some(writers)),
         Beside::Busy => Ok(None),

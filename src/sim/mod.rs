@@ -121,6 +121,10 @@ pub(crate) struct Config {
     /// the queue's turn file is there (not only two seconds after the last): it leaves the
     /// lock free, and waiters that find it free pause (see `System::turn_every`).
     pub turns: bool,
+    /// Each timed acquisition must return within this past its deadline, on the virtual clock
+    /// (its last steps, and the other processes' steps between them: a bound for one shape,
+    /// found by running it); `None`: not checked.
+    pub deadline_slack: Option<Duration>,
 }
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
@@ -260,6 +264,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         split_convert: at(5) / 16 % 2 == 1,
         no_exchange: at(5) / 32 % 2 == 1,
         turns: at(5) / 64 % 2 == 1,
+        deadline_slack: None,
     };
     let mut strategy = Bytes {
         data: rest,
@@ -346,6 +351,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             split_convert: cfg.split_convert,
             no_exchange: cfg.no_exchange,
             turns: cfg.turns,
+            deadline_slack: cfg.deadline_slack,
             marked_by: HashMap::new(),
             watching: BTreeMap::new(),
             exclusive: None,

@@ -292,22 +292,14 @@ pub(crate) fn left_nothing(sys: &SimSys, task: usize) {
     }
 }
 
-/// A hurried acquisition: one whose timeout is under this (the simulation's others wait for
-/// seconds), which [`on_time`] holds to its deadline.
-const HURRIED: Duration = Duration::from_millis(100);
-
-/// How long past its deadline a hurried acquisition may take to return: its last steps
-/// (withdraw its candidate, leave the queue), a system call each on the virtual clock, with
-/// the other processes' steps between them.
-const OVERRUN: Duration = Duration::from_millis(80);
-
-/// A hurried acquisition that `started` then, and failed with `got`, returns by its deadline
-/// (within [`OVERRUN`]): nothing it waits on, a `flock` kept by a stopped process included,
-/// holds it longer.
+/// A timed acquisition that `started` then, and failed with `got`, returns within
+/// `Config::deadline_slack` past its deadline: nothing it waits on, a `flock` kept by a stopped
+/// process included, holds it longer.
 pub(crate) fn on_time<T>(sys: &SimSys, wait: Wait, started: Duration, got: &Result<T, Error>) {
     let took = sys.monotonic().saturating_sub(started);
-    if let (Wait::Timeout(t), Err(e)) = (wait, got) {
-        if t < HURRIED && took > t + OVERRUN {
+    let slack = sys.world.lock().deadline_slack;
+    if let (Wait::Timeout(t), Some(slack), Err(e)) = (wait, slack, got) {
+        if took > t + slack {
             let past = took - t;
             report(
                 sys,

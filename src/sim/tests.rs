@@ -22,6 +22,7 @@ fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
         split_convert: false,
         no_exchange: false,
         turns: false,
+        deadline_slack: None,
     }
 }
 

@@ -173,7 +173,8 @@ impl<S: System> Contender<'_, '_, S> {
     /// A writer about to wait for the readers of the shared lock `id`: its entry there keeps
     /// new readers out (made once per lock; one in a lock waited for before is taken out).
     /// `Ok(false)` if `NAME.writers` stayed locked by another process (one stopped while it
-    /// peeked) for as long as the writer may try: it looks again rather than wait unmarked.
+    /// peeked) for as long as the writer may try: it pauses and tries again, rather than wait
+    /// unmarked.
     pub(super) fn intend(&mut self, id: FileId) -> Result<bool, Error> {
         let (sp, req) = (self.sp, self.req);
         // Held from the first wait to the end: readers stay out also while the writer moves

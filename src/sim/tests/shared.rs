@@ -222,6 +222,7 @@ fn a_process_stopped_beside_the_lock_fails_no_waiter_and_delays_none() {
             let scripts = vec![reader(1, Wait::Forever, 2), stopped, waiter];
             let mut cfg = config(scripts, Mutant::None);
             cfg.crashes = 0;
+            cfg.deadline_slack = Some(Duration::from_millis(80));
             random(&cfg, 0..20);
         }
     }

@@ -215,7 +215,8 @@ fn finish(
     signals: &Signals,
 ) -> Result<ExitCode, Failure> {
     let status = child.wait();
-    *signals.settled() = Phase::Done;
+    // (Not settled first: the command's pid, reaped, may be another process's by now.)
+    *signals.phase.lock().unwrap_or_else(|e| e.into_inner()) = Phase::Done;
     // What the command left running may outlive us now, as on Unix (without the lock).
     sys::command_exited();
     let released = guard.release();

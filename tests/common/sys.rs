@@ -33,6 +33,25 @@ pub fn with_alarm(cmd: &mut Command, secs: u32) -> &mut Command {
     }
 }
 
+/// Makes the process `cmd` starts begin with signal `sig` blocked and pending, sent by itself,
+/// as when a wrapper sent itself a signal it had blocked and then exec'd it (a pending signal
+/// survives `exec`).
+pub fn with_pending(cmd: &mut Command, sig: libc::c_int) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure calls only sigemptyset, sigaddset,
+    // sigprocmask, getpid and kill, all async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            Ok(())
+        })
+    }
+}
+
 /// Makes `cmd` a child the test owns: in a process group of its own (so that what it starts
 /// is killed with it), and SIGKILLed by the kernel when the thread that spawned it ends, so
 /// that a test binary interrupted by Ctrl-C or a CI timeout (which runs no destructor) leaves

@@ -270,9 +270,9 @@ mod came {
         wait_readable(FD.load(Ordering::Relaxed))
     }
 
-    /// A pending signal, taken (and whether a process sent it: `si_code <= 0`). Those that
-    /// name this process as their sender are passed over: a SIGPIPE that a write of the thread
-    /// taking them caused (the kernel names the writer), never a reason to stop.
+    /// A pending signal, taken (and whether a process sent it: `si_code <= 0`). A SIGPIPE that
+    /// names this process as its sender is passed over: a write of the thread taking it caused
+    /// it (the kernel names the writer), never a reason to stop.
     pub(super) fn take() -> Option<(i32, bool)> {
         let size = std::mem::size_of::<libc::signalfd_siginfo>();
         loop {
@@ -283,8 +283,9 @@ mod came {
             if usize::try_from(n) != Ok(size) {
                 return None;
             }
-            if info.ssi_pid != std::process::id() {
-                return Some((i32::try_from(info.ssi_signo).ok()?, info.ssi_code <= 0));
+            let sig = i32::try_from(info.ssi_signo).ok()?;
+            if sig != libc::SIGPIPE || info.ssi_pid != std::process::id() {
+                return Some((sig, info.ssi_code <= 0));
             }
         }
     }

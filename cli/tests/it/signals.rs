@@ -325,6 +325,34 @@ fn an_inherited_alarm_reaches_the_command() {
     );
 }
 
+/// A signal pending when `dirlock run` starts, sent by the process itself before it became
+/// `dirlock run` (a wrapper that blocked it, sent it and exec'd), ends it before the command
+/// runs, as any signal during the wait does. (Those that named this process as their sender
+/// were passed over, to skip the SIGPIPE of a write to a broken stderr.)
+#[test]
+#[cfg(any(target_os = "linux", target_os = "freebsd"))] // (macOS leaves a blocked one blocked)
+fn a_signal_pending_from_before_the_exec_ends_run() {
+    let fx = Fixture::new();
+    let ran = fx.tmp.path().join("ran");
+    let args = [
+        "run",
+        "--lock",
+        "p.lock",
+        "--",
+        "touch",
+        ran.to_str().unwrap(),
+    ];
+    let mut cmd = dirlock_in(fx.dir(), &args);
+    let mut run = ChildGuard::spawn(
+        crate::common::sys::with_pending(&mut cmd, libc::SIGTERM)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let status = run.wait_for(Duration::from_secs(20));
+    assert_eq!(status.map(shell_status), Some(143), "the signal was lost");
+    assert!(!ran.exists(), "the command ran");
+}
+
 /// A SIGPIPE that `dirlock run` causes itself, writing to a stderr no one reads (`2>&1 | head
 /// -1` once head is gone), is no signal to stop: the command runs, whether the lock was free
 /// (`-v` says so once it is held) or waited for (it says whom it waits for).

@@ -61,6 +61,23 @@ fn signals_abandon_a_wait_and_run_nothing() {
     }
 }
 
+/// Runs shell command `inner` on a terminal of its own (script(1)), its output to `stdout`.
+fn in_a_terminal(inner: &str, stdout: Stdio) -> ChildGuard {
+    ChildGuard::spawn(
+        Command::new("script")
+            .args(["-qec", inner, "/dev/null"])
+            .stdin(Stdio::piped())
+            .stdout(stdout)
+            .stderr(Stdio::null()),
+    )
+}
+
+/// Types Ctrl-C on the terminal of `script` (see [`in_a_terminal`]), which stays open.
+fn press_ctrl_c(script: &mut ChildGuard) {
+    let stdin = script.0.stdin.as_mut().unwrap();
+    std::io::Write::write_all(stdin, b"\x03").unwrap();
+}
+
 /// Ctrl-C on a terminal reaches a waiting `dirlock run` (the kernel sends SIGINT to the
 /// foreground process group).
 #[test]
@@ -80,13 +97,7 @@ fn ctrl_c_on_a_terminal_abandons_a_wait() {
         fx.dir().display(),
         ran.display()
     );
-    let mut script = ChildGuard::spawn(
-        Command::new("script")
-            .args(["-qec", &inner, "/dev/null"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null()),
-    );
+    let mut script = in_a_terminal(&inner, Stdio::piped());
     let mut stdout = script.0.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -104,8 +115,7 @@ fn ctrl_c_on_a_terminal_abandons_a_wait() {
     });
     rx.recv_timeout(Duration::from_secs(20))
         .expect("the run never said it waits");
-    let mut stdin = script.0.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, b"\x03").unwrap();
+    press_ctrl_c(&mut script);
     let status = script.wait_for(Duration::from_secs(10));
     assert_eq!(status.and_then(|s| s.code()), Some(130), "Ctrl-C ignored");
     assert!(!ran.exists());
@@ -130,17 +140,10 @@ fn ctrl_c_while_the_command_starts_is_not_lost() {
         fx.dir().display(),
         out_file.display()
     );
-    let mut script = ChildGuard::spawn(
-        Command::new("script")
-            .args(["-qec", &inner, "/dev/null"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
+    let mut script = in_a_terminal(&inner, Stdio::null());
     // The lock is taken at once (nothing holds it), then the start is delayed 2 s.
     std::thread::sleep(Duration::from_millis(1000));
-    let mut stdin = script.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, b"\x03").unwrap();
+    press_ctrl_c(&mut script);
     let status = script.wait_for(Duration::from_secs(20));
     assert_eq!(
         status.and_then(|s| s.code()),
@@ -231,21 +234,14 @@ fn ctrl_c_before_the_command_exists_is_not_lost_by_a_slow_signal_thread() {
         fx.dir().display(),
         out_file.display()
     );
-    let mut script = ChildGuard::spawn(
-        Command::new("script")
-            .args(["-qec", &inner, "/dev/null"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
+    let mut script = in_a_terminal(&inner, Stdio::null());
     // Once the lock is taken (nothing holds it; the runtime's first look at its descriptors,
     // a poll, is held back too), the start is delayed 3 s.
     assert!(eventually(Duration::from_secs(20), || fx
         .entries()
         .contains(&"a.lock".to_owned())));
     std::thread::sleep(Duration::from_millis(300));
-    let mut stdin = script.stdin.take().unwrap();
-    std::io::Write::write_all(&mut stdin, b"\x03").unwrap();
+    press_ctrl_c(&mut script);
     let status = script.wait_for(Duration::from_secs(30));
     let out = std::fs::read_to_string(&out_file).unwrap_or_default();
     assert!(!out.contains("finished"), "the Ctrl-C was lost: {out:?}");

@@ -182,7 +182,8 @@ impl<S: System> Contender<'_, '_, S> {
         if self.intent.is_none() {
             self.intent = Intent::new(sp, req.name, self.bound())?;
         }
-        let Some(intent) = self.intent.as_ref() else {
+        let (me, token) = (self.me, self.staged().owner.token.clone());
+        let Some(intent) = self.intent.as_mut() else {
             return Ok(false);
         };
         if intent.entered(id) {
@@ -194,11 +195,7 @@ impl<S: System> Contender<'_, '_, S> {
         if !sp.sys.meta(&lock).is_ok_and(|m| m.id == id) {
             return Ok(true);
         }
-        let token = self.staged().owner.token.clone();
-        let Some(intent) = self.intent.as_mut() else {
-            return Ok(false);
-        };
-        match intent.enter(sp, req, self.me, (lock, id), token) {
+        match intent.enter(sp, req, me, (lock, id), token) {
             // Retired meanwhile (its last reader left, or a reclaimer took it): the wait ends
             // at once, as above.
             Err(e) if not_found(&e) => Ok(true),

@@ -125,6 +125,9 @@ pub(crate) struct Config {
     /// (its last steps, and the other processes' steps between them: a bound for one shape,
     /// found by running it); `None`: not checked.
     pub deadline_slack: Option<Duration>,
+    /// The longest a task may sleep in one poll (a blocking sleep keeps its runtime's thread
+    /// from every other task), on the virtual clock; `None`: not checked.
+    pub poll_limit: Option<Duration>,
 }
 
 /// One simulation shaped and scheduled by arbitrary bytes (the fuzz target and its proptest
@@ -265,6 +268,7 @@ pub fn fuzz(data: &[u8]) -> Result<(), String> {
         no_exchange: at(5) / 32 % 2 == 1,
         turns: at(5) / 64 % 2 == 1,
         deadline_slack: None,
+        poll_limit: None,
     };
     let mut strategy = Bytes {
         data: rest,
@@ -352,6 +356,7 @@ fn new_world(cfg: &Config) -> Arc<World> {
             no_exchange: cfg.no_exchange,
             turns: cfg.turns,
             deadline_slack: cfg.deadline_slack,
+            poll_limit: cfg.poll_limit,
             marked_by: HashMap::new(),
             watching: BTreeMap::new(),
             exclusive: None,

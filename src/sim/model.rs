@@ -181,6 +181,8 @@ pub(crate) struct State {
     pub(crate) turns: bool,
     /// See `Config::deadline_slack`.
     pub(crate) deadline_slack: Option<Duration>,
+    /// See `Config::poll_limit`.
+    pub(crate) poll_limit: Option<Duration>,
     /// Who wrote the marker in each guard directory (the guard's holder where there is no flock).
     pub(crate) marked_by: HashMap<Ino, usize>,
     /// A process that runs alone, on a stopped clock, without crashes: a look at the lock

@@ -220,6 +220,7 @@ fn start(
             slot,
             task: Default::default(),
             lines: Default::default(),
+            slept: Default::default(),
         };
         let result = catch_unwind(AssertUnwindSafe(|| {
             drop(world.yield_point(slot, Status::Ready));
@@ -435,5 +436,26 @@ fn ready(st: &State, slot: usize) -> bool {
             until.is_some_and(|u| u <= st.mono) || watch.is_some_and(|w| w.fired(st))
         }
         _ => false,
+    }
+}
+
+impl SimSys {
+    /// Opens the lock directory, making it (mode 0700) if a cleaner removed it, as
+    /// `Locks` does.
+    pub(crate) fn lock_dir(&self) -> Arc<SimDir> {
+        let fd = self.call("open the lock directory", |st, slot| {
+            let ino = match st.lookup(PARENT, LOCKS) {
+                Ok(ino) => ino,
+                Err(_) => {
+                    let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
+                    st.dir_entries_mut(PARENT)
+                        .expect("the parent")
+                        .insert(LOCKS.into(), ino);
+                    ino
+                }
+            };
+            st.open(slot, ino)
+        });
+        Arc::new(self.dir(fd))
     }
 }

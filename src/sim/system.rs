@@ -12,6 +12,8 @@ pub(crate) struct SimSys {
     /// The queues of its runtime's tasks (see `SimRuntime`), for the check that only a
     /// queue's head publishes.
     pub(crate) lines: std::cell::RefCell<Vec<std::sync::Weak<crate::acquire::queue::Queue>>>,
+    /// While a task is polled: how long it has slept so far (see `Config::poll_limit`).
+    pub(crate) slept: std::cell::Cell<Option<Duration>>,
 }
 
 /// An open directory of a simulated process.
@@ -67,25 +69,6 @@ impl SimSys {
             fd,
             slot: self.slot,
         }
-    }
-
-    /// Opens the lock directory, making it (mode 0700) if a cleaner removed it, as
-    /// `Locks` does.
-    pub(crate) fn lock_dir(&self) -> Arc<SimDir> {
-        let fd = self.call("open the lock directory", |st, slot| {
-            let ino = match st.lookup(PARENT, LOCKS) {
-                Ok(ino) => ino,
-                Err(_) => {
-                    let ino = st.new_inode(Node::Dir(BTreeMap::new()), 0o700, false);
-                    st.dir_entries_mut(PARENT)
-                        .expect("the parent")
-                        .insert(LOCKS.into(), ino);
-                    ino
-                }
-            };
-            st.open(slot, ino)
-        });
-        Arc::new(self.dir(fd))
     }
 }
 
@@ -580,7 +563,8 @@ impl System for SimSys {
         timeout: Option<Duration>,
         _cancel: Option<&CancelHandle>,
     ) -> io::Result<Wake> {
-        let (until, capped) = SimWatch::sleep_until(watch, timeout, self.world.lock().mono);
+        let now = self.world.lock().mono;
+        let (until, capped) = SimWatch::sleep_until(watch, timeout, now);
         let st = self.world.yield_point(
             self.slot,
             Status::Sleeping {
@@ -588,6 +572,8 @@ impl System for SimSys {
                 watch: watch.copied(),
             },
         );
+        self.slept
+            .set(self.slept.get().map(|s| s + st.mono.saturating_sub(now)));
         // A recheck's end is not the caller's deadline: it is told to look again.
         Ok(if capped || watch.is_some_and(|w| w.fired(&st)) {
             Wake::Changed

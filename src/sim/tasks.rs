@@ -304,11 +304,10 @@ pub(crate) fn tasks(
             let task = rt.wakers[i].clone();
             let waker = Waker::from(Arc::new(PollWaker { task, poll }));
             let fut = futures[i].as_mut().expect("checked");
-            if fut
-                .as_mut()
-                .poll(&mut Context::from_waker(&waker))
-                .is_ready()
-            {
+            sys.slept.set(Some(Duration::ZERO));
+            let ready = fut.as_mut().poll(&mut Context::from_waker(&waker));
+            kept_no_longer_than_its_limit(sys, i, sys.slept.take().unwrap_or_default());
+            if ready.is_ready() {
                 futures[i] = None;
                 rt.forget(i);
                 continue;
@@ -335,6 +334,21 @@ pub(crate) fn tasks(
                 flag.woken.store(true, Ordering::SeqCst);
             }
         }
+    }
+}
+
+/// A task's poll that slept `slept` (its runtime's other tasks waiting all the while) kept
+/// within `Config::poll_limit`.
+fn kept_no_longer_than_its_limit(sys: &SimSys, task: usize, slept: Duration) {
+    let limit = sys.world.lock().poll_limit;
+    if limit.is_some_and(|limit| slept > limit) {
+        let slot = sys.slot;
+        report(
+            sys,
+            format!(
+                "task {task} of p{slot} slept {slept:?} in one poll, keeping its runtime's thread"
+            ),
+        );
     }
 }
 

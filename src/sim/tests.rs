@@ -23,6 +23,7 @@ fn config(scripts: Vec<Script>, mutant: Mutant) -> Config {
         no_exchange: false,
         turns: false,
         deadline_slack: None,
+        poll_limit: None,
     }
 }
 

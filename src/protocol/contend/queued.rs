@@ -7,6 +7,7 @@ use super::{Contender, Next};
 use crate::error::Error;
 use crate::paths::{queue_name, tombstone_name, Waiter as Kind};
 use crate::protocol::queue::{self, Bound};
+use crate::protocol::shared::MARK_PATIENCE;
 use crate::protocol::stage::{
     publish, refresh, restage, unstage, Held, Publish, Staged, REFRESH_AFTER,
 };
@@ -133,10 +134,16 @@ impl<'r, S: System> Contender<'r, '_, S> {
         self.ticket.as_ref().map(|t| t.number)
     }
 
-    /// How long a `flock` beside the lock may be tried for: the time left, and the cancel.
+    /// How long a `flock` beside the lock may be tried for: the time left, and the cancel. A
+    /// task tries for [`MARK_PATIENCE`] at most (again at its next round): its runtime's other
+    /// tasks wait while it does.
     pub(super) fn bound(&self) -> Bound<'r> {
+        let left = self.left();
         Bound {
-            left: self.left(),
+            left: match self.handable {
+                true => left,
+                false => Some(left.map_or(MARK_PATIENCE, |l| l.min(MARK_PATIENCE))),
+            },
             cancel: self.cancel(),
         }
     }

@@ -228,6 +228,32 @@ fn a_process_stopped_beside_the_lock_fails_no_waiter_and_delays_none() {
     }
 }
 
+/// Nor does it keep a runtime's thread from its other tasks: a task that waits tries for the
+/// queue's `flock` only for a moment in each poll (found in review: 150 ms a round, during which
+/// no other task of its runtime ran, no timer fired).
+#[test]
+fn a_process_stopped_beside_the_queue_keeps_no_runtime_from_its_tasks() {
+    let stopped = Script::Stopped {
+        beside: ".queue",
+        make: true,
+        hold: 3,
+    };
+    let forever = Wait::Forever;
+    let tasks = Script::Tasks {
+        n: 2,
+        wait: forever,
+        cancel: None,
+    };
+    let holder = Script::Worker {
+        rounds: 1,
+        wait: forever,
+    };
+    let mut cfg = config(vec![holder, stopped, tasks], Mutant::None);
+    cfg.crashes = 0;
+    cfg.poll_limit = Some(Duration::from_millis(40));
+    random(&cfg, 0..20);
+}
+
 /// The shapes of the soak below, without crashes: 0, two readers and two writers (one writing
 /// three times); 1, with timeouts and `sweep --grace 0`; 2, failing fast, with a temp cleaner
 /// and an unlock; 3, beside another thread, a runtime of tasks and the reference; 4, three

@@ -141,11 +141,13 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     intent: Option<Intent<S>>,
     /// Our place in the lock's queue, while we wait there; `queued` once we took one (the lock
     /// may be handed to our candidate from then on), and since when we let a waiter ahead of
-    /// us take the free lock first; when we last left it free for those that do not queue.
+    /// us take the free lock first; when we last left it free for those that do not queue;
+    /// when we last failed to take a number.
     ticket: Option<Ticket<S>>,
     queued: bool,
     deferred: Option<Duration>,
     turned: Option<Duration>,
+    unnumbered: Option<Duration>,
     /// A queued reader: the read lock it found with a live writer queued ahead of it, not yet
     /// in it, and since when it lets that writer go first.
     joining: Option<(FileId, Duration)>,
@@ -212,6 +214,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             queued: false,
             deferred: None,
             turned: None,
+            unnumbered: None,
             joining: None,
             handable: true,
             looked: !req.options.shared,

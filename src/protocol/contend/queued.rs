@@ -163,11 +163,22 @@ impl<'r, S: System> Contender<'r, '_, S> {
             (false, true) => Kind::Writer,
             (false, false) => Kind::Task,
         };
+        // Once a round (or a task's poll): none within MARK_PATIENCE of a try that failed.
+        let now = self.sp.sys.monotonic();
+        if self
+            .unnumbered
+            .is_some_and(|t| now.saturating_sub(t) < MARK_PATIENCE)
+        {
+            return;
+        }
         // The queue orders waiters, and nothing more: one that cannot be used (not a private
         // directory, a full disk) leaves this acquisition to wait unqueued, as without one.
         self.ticket =
             queue::join(self.sp, self.req.name, &c.owner, kind, self.bound()).unwrap_or(None);
         self.queued |= self.ticket.is_some();
+        if self.ticket.is_none() {
+            self.unnumbered = Some(self.sp.sys.monotonic());
+        }
     }
 
     /// Leaves the queue (won, or about to stage anew: a new candidate takes a new number).

@@ -245,12 +245,12 @@ fn a_process_stopped_beside_the_queue_keeps_no_runtime_from_its_tasks() {
         cancel: None,
     };
     let holder = Script::Worker {
-        rounds: 1,
+        rounds: 3,
         wait: forever,
     };
-    let mut cfg = config(vec![holder, stopped, tasks], Mutant::None);
+    let mut cfg = config(vec![holder, holder, stopped, tasks], Mutant::None);
     cfg.crashes = 0;
-    cfg.poll_limit = Some(Duration::from_millis(40));
+    cfg.poll_limit = Some(Duration::from_millis(15));
     random(&cfg, 0..20);
 }
 

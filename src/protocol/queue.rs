@@ -77,6 +77,14 @@ impl Bound<'_> {
     pub(crate) fn cap(&self, patience: Duration) -> Duration {
         self.left.map_or(patience, |left| patience.min(left))
     }
+
+    /// This bound, trying for `patience` at most.
+    pub(crate) fn within(self, patience: Duration) -> Self {
+        Bound {
+            left: Some(self.cap(patience)),
+            ..self
+        }
+    }
 }
 
 /// A directory beside the lock (`NAME.queue`, `NAME.writers`), made if need be (private, or

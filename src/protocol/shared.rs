@@ -308,11 +308,7 @@ fn hold_writers<S: System>(
 ) -> Result<Option<S::Dir>, Error> {
     let wname = writers_name(name);
     let what = "the writers that wait for the lock's readers";
-    let bound = Bound {
-        left: Some(bound.cap(MARK_PATIENCE)),
-        ..bound
-    };
-    match hold_beside(sp, &wname, false, what, bound)? {
+    match hold_beside(sp, &wname, false, what, bound.within(MARK_PATIENCE))? {
         Beside::Held(writers) => Ok(Some(writers)),
         Beside::Busy => Ok(None),
         Beside::NoFlock => {

@@ -138,13 +138,13 @@ impl<'r, S: System> Contender<'r, '_, S> {
     /// task tries for [`MARK_PATIENCE`] at most (again at its next round): its runtime's other
     /// tasks wait while it does.
     pub(super) fn bound(&self) -> Bound<'r> {
-        let left = self.left();
-        Bound {
-            left: match self.handable {
-                true => left,
-                false => Some(left.map_or(MARK_PATIENCE, |l| l.min(MARK_PATIENCE))),
-            },
+        let bound = Bound {
+            left: self.left(),
             cancel: self.cancel(),
+        };
+        match self.handable {
+            true => bound,
+            false => bound.within(MARK_PATIENCE),
         }
     }
 

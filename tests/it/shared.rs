@@ -149,9 +149,26 @@ fn the_record_names_a_live_reader_after_its_reader_leaves_or_dies() {
         "the record still names {}",
         record(&lock).pid
     );
-    // The named reader leaves: it hands the record to another.
-    others.remove(named(&others).unwrap()).release();
-    assert!(named(&others).is_some(), "names {}", record(&lock).pid);
+    // The named reader leaves: it hands the record to another. The others are stopped
+    // meanwhile, so that their keepers (which would name themselves within a second) cannot
+    // do it for the leaver.
+    let leaver = others.remove(named(&others).unwrap());
+    for h in &others {
+        assert!(signal(h.pid(), libc::SIGSTOP), "SIGSTOP to a reader failed");
+    }
+    // kill(2) returns before the stop takes effect.
+    assert!(
+        eventually(Duration::from_secs(10), || others
+            .iter()
+            .all(|h| crate::common::sys::stopped(h.pid()))),
+        "the readers never stopped"
+    );
+    leaver.release();
+    let after = named(&others);
+    for h in &others {
+        assert!(signal(h.pid(), libc::SIGCONT), "SIGCONT to a reader failed");
+    }
+    assert!(after.is_some(), "names {}", record(&lock).pid);
     // The named reader (judged by its entry) is killed: the other's keeper names itself.
     others.remove(named(&others).unwrap()).kill();
     assert!(

@@ -1,6 +1,7 @@
 //! How long to wait for a lock, and the other knobs of an acquisition.
 
 use crate::sys::CancelHandle;
+use std::cell::Cell;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,6 +124,30 @@ impl Options {
             cancel: None,
             on_wait: None,
             shared: false,
+        }
+    }
+}
+
+/// How long a waiter may try for a `flock` beside the lock: its time left (`None`: no
+/// deadline) and its cancel; and where to note whether another kept it at the first try.
+#[derive(Clone, Copy)]
+pub(crate) struct Bound<'c> {
+    pub(crate) left: Option<Duration>,
+    pub(crate) cancel: Option<&'c CancelHandle>,
+    pub(crate) kept: Option<&'c Cell<bool>>,
+}
+
+impl Bound<'_> {
+    /// `patience`, or the time left if that is shorter.
+    pub(crate) fn cap(&self, patience: Duration) -> Duration {
+        self.left.map_or(patience, |left| patience.min(left))
+    }
+
+    /// This bound, trying for `patience` at most.
+    pub(crate) fn within(self, patience: Duration) -> Self {
+        Bound {
+            left: Some(self.cap(patience)),
+            ..self
         }
     }
 }

@@ -474,14 +474,18 @@ pub(crate) fn lock_persisting<S: System>(
     cancel: Option<&CancelHandle>,
 ) -> Result<Option<bool>, Error> {
     let since = how.patience.map(|p| (sp.sys.monotonic(), p));
-    let out_of_patience = |(s, p)| sp.sys.monotonic().saturating_sub(s) >= p;
+    // What is left of the patience (no pause is longer).
+    let left = || since.map(|(s, p)| p.saturating_sub(sp.sys.monotonic().saturating_sub(s)));
     let mut pause = Backoff::new(how.first, how.most);
     for _ in 0..how.tries {
         match sp.sys.try_lock(dir, exclusive) {
             Ok(true) => return Ok(Some(true)),
-            Ok(false) if since.is_some_and(out_of_patience) => break,
             Ok(false) => {
-                if let Ok(Wake::Cancelled) = sp.sys.sleep(None, Some(pause.next_pause()), cancel) {
+                let next = match (pause.next_pause(), left()) {
+                    (_, Some(Duration::ZERO)) => break,
+                    (next, left) => left.map_or(next, |l| l.min(next)),
+                };
+                if let Ok(Wake::Cancelled) = sp.sys.sleep(None, Some(next), cancel) {
                     break;
                 }
             }

@@ -11,6 +11,7 @@
 //! Plain `std` (a mutex and the tasks' wakers), so that the simulation drives the same queue.
 
 use crate::held::Who;
+use crate::protocol::Tries;
 use crate::sys::{Real, System};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -67,10 +68,11 @@ impl Drop for Seat {
 }
 
 /// One lock's queue: who is in it, in turn (the first holds the turn), and the waker of each
-/// waiting task.
+/// waiting task; and their tries for numbers in the lock's queue on disk (see [`Tries`]).
 #[derive(Default)]
 pub(crate) struct Queue {
     line: Mutex<VecDeque<Spot>>,
+    tries: Arc<Mutex<Tries>>,
 }
 
 /// A task in a queue: who, its number in the lock's queue on disk once it took one (`tried`:
@@ -125,6 +127,11 @@ impl Place {
             who,
             pid: real.then(|| Real.pid()),
         }
+    }
+
+    /// The tries of this queue's tasks for their numbers on disk, shared by them all.
+    pub(crate) fn tries(&self) -> &Arc<Mutex<Tries>> {
+        &self.queue.tries
     }
 
     /// Whether this place is at the head of the queue: its turn.

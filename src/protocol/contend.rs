@@ -3,7 +3,7 @@
 //! [`Contender`], which keeps the candidate, the deadline and what the acquisition has seen;
 //! the driver ([`crate::acquire`]) runs its rounds and does the sleeping.
 
-mod queued;
+pub(crate) mod queued;
 mod readers;
 
 use super::queue::Ticket;
@@ -147,7 +147,7 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     queued: bool,
     deferred: Option<Duration>,
     turned: Option<Duration>,
-    unnumbered: Option<Duration>,
+    unnumbered: queued::Unnumbered,
     /// A queued reader: the read lock it found with a live writer queued ahead of it, not yet
     /// in it, and since when it lets that writer go first.
     joining: Option<(FileId, Duration)>,
@@ -214,7 +214,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             queued: false,
             deferred: None,
             turned: None,
-            unnumbered: None,
+            unnumbered: Default::default(),
             joining: None,
             handable: true,
             looked: !req.options.shared,

@@ -23,13 +23,14 @@
 
 use super::stage::write_record;
 use crate::error::Error;
-use crate::options::Persist;
+use crate::options::{Bound, Persist};
 use crate::owner::Owner;
 use crate::paths::{candidate_name, queue_name, Queued, Waiter, TURN_FILE};
 use crate::space::{
     is_not_dir, lock_persisting, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
 };
-use crate::sys::{gone, is, CancelHandle, Errno, System};
+use crate::sys::{gone, is, Errno, System};
+use std::cell::Cell;
 use std::io;
 use std::time::Duration;
 
@@ -64,29 +65,6 @@ pub(crate) enum Beside<D> {
     NoFlock,
 }
 
-/// How long a waiter may try for a `flock` beside the lock: its time left (`None`: no
-/// deadline) and its cancel.
-#[derive(Clone, Copy)]
-pub(crate) struct Bound<'c> {
-    pub(crate) left: Option<Duration>,
-    pub(crate) cancel: Option<&'c CancelHandle>,
-}
-
-impl Bound<'_> {
-    /// `patience`, or the time left if that is shorter.
-    pub(crate) fn cap(&self, patience: Duration) -> Duration {
-        self.left.map_or(patience, |left| patience.min(left))
-    }
-
-    /// This bound, trying for `patience` at most.
-    pub(crate) fn within(self, patience: Duration) -> Self {
-        Bound {
-            left: Some(self.cap(patience)),
-            ..self
-        }
-    }
-}
-
 /// A directory beside the lock (`NAME.queue`, `NAME.writers`), made if need be (private, or
 /// the group's in a group's lock directory), held with a `flock` (exclusive or shared) and
 /// checked to be still at its name. `what` names it in an error.
@@ -114,7 +92,11 @@ pub(crate) fn hold_beside<S: System>(
             Err(e) => return Err(failed(e)),
         };
         let op = "lock the directory beside the lock";
-        match lock_persisting(sp, &dir, name, exclusive, op, &how, bound.cancel) {
+        let taken = match at_once(sp, &dir, exclusive, bound.kept) {
+            true => Ok(Some(true)),
+            false => lock_persisting(sp, &dir, name, exclusive, op, &how, bound.cancel),
+        };
+        match taken {
             Ok(Some(true)) => {}
             Ok(Some(false)) => return Ok(Beside::Busy),
             Ok(None) => return Ok(Beside::NoFlock),
@@ -143,6 +125,22 @@ pub(crate) fn hold_beside<S: System>(
         }
     }
     Err(failed(io::Error::other("it was removed again and again")))
+}
+
+/// Whether the `flock` of `dir` (exclusive or shared) is ours at a first try, made only if
+/// the waiter notes whether another kept it (`kept`).
+fn at_once<S: System>(
+    sp: &Space<S>,
+    dir: &S::Dir,
+    exclusive: bool,
+    kept: Option<&Cell<bool>>,
+) -> bool {
+    let Some(kept) = kept else {
+        return false;
+    };
+    let first = sp.sys.try_lock(dir, exclusive);
+    kept.set(matches!(first, Ok(false)));
+    first.is_ok_and(|t| t)
 }
 
 /// How a `flock` that waiters take for an instant, one after another, is retried (the queue's,

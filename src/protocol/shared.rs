@@ -23,10 +23,11 @@
 //!   before it is [`KEEP_FRESH`] old, so that it never looks older than their grace period
 //!   while a reader lives.
 
-use super::queue::{hold_beside, Beside, Bound, Ticket};
+use super::queue::{hold_beside, Beside, Ticket};
 use super::stage::{new_record, shared_record, write_record, Held, Request};
 use super::{check_held, retire_checked_own};
 use crate::error::Error;
+use crate::options::Bound;
 use crate::owner::Owner;
 use crate::paths::{
     classify, classify_inside, record_draft, writers_name, Entry as Name, Inside, OWNER_FILE,

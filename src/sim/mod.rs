@@ -125,8 +125,9 @@ pub(crate) struct Config {
     /// (its last steps, and the other processes' steps between them: a bound for one shape,
     /// found by running it); `None`: not checked.
     pub deadline_slack: Option<Duration>,
-    /// The longest a task may sleep in one poll (a blocking sleep keeps its runtime's thread
-    /// from every other task), on the virtual clock; `None`: not checked.
+    /// The longest a runtime's tasks may sleep in one pass over those woken, each polled once
+    /// (a blocking sleep keeps the runtime's thread from every other task and from its timers),
+    /// on the virtual clock; `None`: not checked.
     pub poll_limit: Option<Duration>,
 }
 

@@ -12,7 +12,8 @@ pub(crate) struct SimSys {
     /// The queues of its runtime's tasks (see `SimRuntime`), for the check that only a
     /// queue's head publishes.
     pub(crate) lines: std::cell::RefCell<Vec<std::sync::Weak<crate::acquire::queue::Queue>>>,
-    /// While a task is polled: how long it has slept so far (see `Config::poll_limit`).
+    /// While a runtime polls its woken tasks: how long they have slept so far in this pass
+    /// (see `Config::poll_limit`).
     pub(crate) slept: std::cell::Cell<Option<Duration>>,
 }
 

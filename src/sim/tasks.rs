@@ -294,6 +294,7 @@ pub(crate) fn tasks(
     let mut pending = vec![0u8; n as usize];
     loop {
         let mut polled = false;
+        sys.slept.set(Some(Duration::ZERO));
         for i in 0..n as usize {
             if futures[i].is_none() || !rt.wakers[i].woken.swap(false, Ordering::SeqCst) {
                 continue;
@@ -304,9 +305,8 @@ pub(crate) fn tasks(
             let task = rt.wakers[i].clone();
             let waker = Waker::from(Arc::new(PollWaker { task, poll }));
             let fut = futures[i].as_mut().expect("checked");
-            sys.slept.set(Some(Duration::ZERO));
             let ready = fut.as_mut().poll(&mut Context::from_waker(&waker));
-            kept_no_longer_than_its_limit(sys, i, sys.slept.take().unwrap_or_default());
+            kept_no_longer_than_its_limit(sys, i, sys.slept.get().unwrap_or_default());
             if ready.is_ready() {
                 futures[i] = None;
                 rt.forget(i);
@@ -319,6 +319,7 @@ pub(crate) fn tasks(
                 left_nothing(sys, i);
             }
         }
+        sys.slept.set(None);
         if futures.iter().all(Option::is_none) {
             return;
         }
@@ -337,8 +338,8 @@ pub(crate) fn tasks(
     }
 }
 
-/// A task's poll that slept `slept` (its runtime's other tasks waiting all the while) kept
-/// within `Config::poll_limit`.
+/// A runtime's pass over its woken tasks, up to task `task`'s poll, that slept `slept` (its
+/// other tasks and its timers waiting all the while) kept within `Config::poll_limit`.
 fn kept_no_longer_than_its_limit(sys: &SimSys, task: usize, slept: Duration) {
     let limit = sys.world.lock().poll_limit;
     if limit.is_some_and(|limit| slept > limit) {
@@ -346,7 +347,8 @@ fn kept_no_longer_than_its_limit(sys: &SimSys, task: usize, slept: Duration) {
         report(
             sys,
             format!(
-                "task {task} of p{slot} slept {slept:?} in one poll, keeping its runtime's thread"
+                "the tasks of p{slot} slept {slept:?} in one pass (up to task {task}'s poll), \
+                 keeping their runtime's thread"
             ),
         );
     }

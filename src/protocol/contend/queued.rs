@@ -5,15 +5,18 @@
 
 use super::{Contender, Next};
 use crate::error::Error;
+use crate::options::Bound;
 use crate::paths::{queue_name, tombstone_name, Waiter as Kind};
-use crate::protocol::queue::{self, Bound};
+use crate::protocol::queue;
 use crate::protocol::shared::MARK_PATIENCE;
 use crate::protocol::stage::{
     publish, refresh, restage, unstage, Held, Publish, Staged, REFRESH_AFTER,
 };
 use crate::space::{not_found, remove_tree};
 use crate::sys::System;
+use std::cell::Cell;
 use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a waiter that finds the lock free lets a live waiter ahead of it publish first,
@@ -22,6 +25,66 @@ pub(super) const DEFER: Duration = Duration::from_millis(100);
 
 /// Its pause between two looks while it lets a waiter ahead publish.
 pub(super) const DEFER_PAUSE: Duration = Duration::from_millis(1);
+
+/// A waiter's tries for a number in the lock's queue, whose `flock` another may keep (a process
+/// stopped as it took its own): none within [`MARK_PATIENCE`] of a try that failed. A thread's
+/// are its own. The tasks of one runtime that wait for one lock share theirs
+/// ([`Contender::share_unnumbered`]): once one of them found the `flock` kept, the others try
+/// for [`BRIEFLY`] only (past an instant's peek or join, not a stopped process's keep) until
+/// one finds it free, so that their runtime's thread is kept by one of them at a time, not by
+/// each in turn.
+pub(crate) enum Unnumbered {
+    /// When the last try failed.
+    Own(Option<Duration>),
+    Shared(Arc<Mutex<Tries>>),
+}
+
+/// The tries of a runtime's tasks (see [`Unnumbered`]): whether the last found the `flock`
+/// kept, and when one last failed.
+#[derive(Default)]
+pub(crate) struct Tries {
+    kept: bool,
+    failed: Option<Duration>,
+}
+
+/// How long a task tries for the queue's `flock` once another task of its runtime found it kept.
+const BRIEFLY: Duration = Duration::from_millis(1);
+
+impl Default for Unnumbered {
+    fn default() -> Self {
+        Unnumbered::Own(None)
+    }
+}
+
+impl Unnumbered {
+    /// Whether to try now (`None`: not now), and for how long at most (`Some(None)`: as the
+    /// waiter's bound says).
+    fn patience(&self, now: Duration) -> Option<Option<Duration>> {
+        let recent = |t: Option<Duration>| t.is_some_and(|t| now.saturating_sub(t) < MARK_PATIENCE);
+        let (failed, kept) = match self {
+            Unnumbered::Own(failed) => (*failed, false),
+            Unnumbered::Shared(tries) => {
+                let tries = tries.lock().unwrap_or_else(|e| e.into_inner());
+                (tries.failed, tries.kept)
+            }
+        };
+        (!recent(failed)).then_some(kept.then_some(BRIEFLY))
+    }
+
+    /// A try at `now` that got a number or not (`got`), and found the `flock` kept at first or
+    /// not (`kept`).
+    fn tried(&mut self, now: Duration, got: bool, kept: bool) {
+        let failed = (!got).then_some(now);
+        match self {
+            Unnumbered::Own(last) => *last = failed.or(*last),
+            Unnumbered::Shared(tries) => {
+                let mut tries = tries.lock().unwrap_or_else(|e| e.into_inner());
+                tries.kept = kept;
+                tries.failed = failed.or(tries.failed);
+            }
+        }
+    }
+}
 
 impl<'r, S: System> Contender<'r, '_, S> {
     /// Before a publish: the lock was handed to us (`Won`), or a live waiter ahead of us may
@@ -141,6 +204,7 @@ impl<'r, S: System> Contender<'r, '_, S> {
         let bound = Bound {
             left: self.left(),
             cancel: self.cancel(),
+            kept: None,
         };
         match self.handable {
             true => bound,
@@ -163,22 +227,32 @@ impl<'r, S: System> Contender<'r, '_, S> {
             (false, true) => Kind::Writer,
             (false, false) => Kind::Task,
         };
-        // Once a round (or a task's poll): none within MARK_PATIENCE of a try that failed.
-        let now = self.sp.sys.monotonic();
-        if self
-            .unnumbered
-            .is_some_and(|t| now.saturating_sub(t) < MARK_PATIENCE)
-        {
+        // Once a round (or a task's poll), and one task of a runtime at a time: see
+        // `Unnumbered`.
+        let Some(patience) = self.unnumbered.patience(self.sp.sys.monotonic()) else {
             return;
-        }
+        };
+        let kept = Cell::new(false);
+        let bound = match patience {
+            None => self.bound(),
+            Some(p) => self.bound().within(p),
+        };
+        let bound = Bound {
+            kept: Some(&kept),
+            ..bound
+        };
         // The queue orders waiters, and nothing more: one that cannot be used (not a private
         // directory, a full disk) leaves this acquisition to wait unqueued, as without one.
-        self.ticket =
-            queue::join(self.sp, self.req.name, &c.owner, kind, self.bound()).unwrap_or(None);
+        self.ticket = queue::join(self.sp, self.req.name, &c.owner, kind, bound).unwrap_or(None);
         self.queued |= self.ticket.is_some();
-        if self.ticket.is_none() {
-            self.unnumbered = Some(self.sp.sys.monotonic());
-        }
+        let (now, got) = (self.sp.sys.monotonic(), self.ticket.is_some());
+        self.unnumbered.tried(now, got, kept.get());
+    }
+
+    /// Shares its tries for a number ([`Unnumbered`]) with the other tasks of its runtime that
+    /// wait for this lock (`with`, kept in their runtime's queue).
+    pub(crate) fn share_unnumbered(&mut self, with: &Arc<Mutex<Tries>>) {
+        self.unnumbered = Unnumbered::Shared(with.clone());
     }
 
     /// Leaves the queue (won, or about to stage anew: a new candidate takes a new number).

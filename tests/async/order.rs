@@ -187,7 +187,7 @@ fn a_process_short_of_files_serves_all_its_waiting_tasks() {
 /// before it), so that the process's budget of places on disk is its own; fails if it fails
 /// or does not run.
 #[cfg(unix)]
-fn alone(name: &str, limit: &str) {
+pub(super) fn alone(name: &str, limit: &str) {
     let mut cmd = std::process::Command::new("sh");
     cmd.args(["-c", &format!("{limit}exec \"$0\" \"$@\" 2>&1")])
         .arg(std::env::current_exe().unwrap())

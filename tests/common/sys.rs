@@ -155,3 +155,18 @@ pub fn broken_pipe() -> std::os::fd::OwnedFd {
     drop(read);
     write
 }
+
+/// Runs the calling thread before every ordinary one (`SCHED_FIFO`), where it may (root on
+/// Linux), so that a thread that must act every few milliseconds does on a loaded machine;
+/// whether it does.
+pub fn run_first() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the calling
+        // thread.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}

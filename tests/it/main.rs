@@ -24,6 +24,7 @@ mod reclaim;
 mod release;
 mod safety;
 mod shared;
+mod turns;
 mod waiting;
 
 use std::ffi::OsString;

@@ -258,6 +258,18 @@ fn status_lists_the_readers_and_not_a_killed_one() {
     // process it started, as for an exclusive holder whose pid is gone).
     let named = st.owner.as_ref().unwrap().pid;
     let (killed, left) = if named == a.pid() { (a, b) } else { (b, a) };
+    // The other is stopped meanwhile: its keeper would name itself in the record within a
+    // second or two, and the lock would no longer be the killed one's to judge.
+    assert!(
+        signal(left.pid(), libc::SIGSTOP),
+        "SIGSTOP to a reader failed"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || crate::common::sys::stopped(
+            left.pid()
+        )),
+        "the reader never stopped"
+    );
     let (killed, left_pid) = (killed.kill(), left.pid());
     let st = status();
     assert_eq!(st.state, State::Held);

@@ -40,7 +40,7 @@ pub(crate) enum Unnumbered {
 }
 
 /// The tries of a runtime's tasks (see [`Unnumbered`]): whether the last found the `flock`
-/// kept, and when one last failed.
+/// kept, and when one failed last that tried for all its patience.
 #[derive(Default)]
 pub(crate) struct Tries {
     kept: bool,
@@ -71,16 +71,19 @@ impl Unnumbered {
         (!recent(failed)).then_some(kept.then_some(BRIEFLY))
     }
 
-    /// A try at `now` that got a number or not (`got`), and found the `flock` kept at first or
-    /// not (`kept`).
-    fn tried(&mut self, now: Duration, got: bool, kept: bool) {
-        let failed = (!got).then_some(now);
+    /// A try at `now` that got a number or not (`got`), found the `flock` kept at first or not
+    /// (`kept`), and tried for all its patience or not (`whole`: not cut short by its own
+    /// deadline or cancel, which say nothing of the others').
+    fn tried(&mut self, now: Duration, got: bool, kept: bool, whole: bool) {
         match self {
-            Unnumbered::Own(last) => *last = failed.or(*last),
+            Unnumbered::Own(last) if !got => *last = Some(now),
+            Unnumbered::Own(_) => {}
             Unnumbered::Shared(tries) => {
                 let mut tries = tries.lock().unwrap_or_else(|e| e.into_inner());
                 tries.kept = kept;
-                tries.failed = failed.or(tries.failed);
+                if !got && whole {
+                    tries.failed = Some(now);
+                }
             }
         }
     }
@@ -246,7 +249,8 @@ impl<'r, S: System> Contender<'r, '_, S> {
         self.ticket = queue::join(self.sp, self.req.name, &c.owner, kind, bound).unwrap_or(None);
         self.queued |= self.ticket.is_some();
         let (now, got) = (self.sp.sys.monotonic(), self.ticket.is_some());
-        self.unnumbered.tried(now, got, kept.get());
+        let whole = !self.expired() && !self.cancel().is_some_and(|c| c.is_fired());
+        self.unnumbered.tried(now, got, kept.get(), whole);
     }
 
     /// Shares its tries for a number ([`Unnumbered`]) with the other tasks of its runtime that

@@ -162,7 +162,10 @@ pub fn broken_pipe() -> std::os::fd::OwnedFd {
 pub fn run_first() -> bool {
     #[cfg(target_os = "linux")]
     {
-        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: sched_param is a plain C struct of integers (more of them on musl), for which
+        // all zeros is a valid value.
+        let mut param: libc::sched_param = unsafe { std::mem::zeroed() };
+        param.sched_priority = 1;
         // SAFETY: `param` is a valid sched_param that outlives the call; pid 0 is the calling
         // thread.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }

@@ -173,3 +173,24 @@ pub fn run_first() -> bool {
     #[cfg(not(target_os = "linux"))]
     false
 }
+
+/// Stops processes `pids` (`SIGSTOP`) and returns once each is stopped (kill(2) returns
+/// before the stop takes effect); panics if a signal cannot be sent, or a process is not
+/// stopped within 10 s. A guard's `SIGKILL` still ends them if the test fails.
+pub fn stop(pids: &[u32]) {
+    for &pid in pids {
+        assert!(signal(pid, libc::SIGSTOP), "SIGSTOP to {pid} failed");
+    }
+    let all = || pids.iter().all(|&pid| stopped(pid));
+    assert!(
+        super::eventually(std::time::Duration::from_secs(10), all),
+        "{pids:?} never stopped"
+    );
+}
+
+/// Lets processes `pids`, stopped by [`stop`], go on (`SIGCONT`).
+pub fn resume(pids: &[u32]) {
+    for &pid in pids {
+        assert!(signal(pid, libc::SIGCONT), "SIGCONT to {pid} failed");
+    }
+}

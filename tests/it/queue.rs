@@ -357,25 +357,13 @@ fn a_release_hands_the_lock_to_a_stopped_waiter() {
         "the waiting process never queued: {:?}",
         queued(&fx)
     );
-    assert!(
-        signal(child.id(), libc::SIGSTOP),
-        "SIGSTOP to the waiter failed"
-    );
-    // kill(2) returns before the stop takes effect: a waiter still running could take a free
-    // lock itself, and a release that handed nothing on would pass.
-    assert!(
-        eventually(Duration::from_secs(10), || crate::common::sys::stopped(
-            child.id()
-        )),
-        "the waiter never stopped"
-    );
+    // Stopped for certain: a waiter still running could take a free lock itself, and a
+    // release that handed nothing on would pass.
+    crate::common::sys::stop(&[child.id()]);
     held.release().unwrap();
     let st = fx.locks.named_lock(LOCK).status().unwrap();
     let holder = st.owner.as_ref().map(|o| (o.pid, o.purpose.clone()));
-    assert!(
-        signal(child.id(), libc::SIGCONT),
-        "SIGCONT to the waiter failed"
-    );
+    crate::common::sys::resume(&[child.id()]);
     assert_eq!(
         (st.state, holder),
         (

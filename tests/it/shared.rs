@@ -153,21 +153,11 @@ fn the_record_names_a_live_reader_after_its_reader_leaves_or_dies() {
     // meanwhile, so that their keepers (which would name themselves within a second) cannot
     // do it for the leaver.
     let leaver = others.remove(named(&others).unwrap());
-    for h in &others {
-        assert!(signal(h.pid(), libc::SIGSTOP), "SIGSTOP to a reader failed");
-    }
-    // kill(2) returns before the stop takes effect.
-    assert!(
-        eventually(Duration::from_secs(10), || others
-            .iter()
-            .all(|h| crate::common::sys::stopped(h.pid()))),
-        "the readers never stopped"
-    );
+    let pids: Vec<u32> = others.iter().map(Holder::pid).collect();
+    crate::common::sys::stop(&pids);
     leaver.release();
     let after = named(&others);
-    for h in &others {
-        assert!(signal(h.pid(), libc::SIGCONT), "SIGCONT to a reader failed");
-    }
+    crate::common::sys::resume(&pids);
     assert!(after.is_some(), "names {}", record(&lock).pid);
     // The named reader (judged by its entry) is killed: the other's keeper names itself.
     others.remove(named(&others).unwrap()).kill();
@@ -260,16 +250,7 @@ fn status_lists_the_readers_and_not_a_killed_one() {
     let (killed, left) = if named == a.pid() { (a, b) } else { (b, a) };
     // The other is stopped meanwhile: its keeper would name itself in the record within a
     // second or two, and the lock would no longer be the killed one's to judge.
-    assert!(
-        signal(left.pid(), libc::SIGSTOP),
-        "SIGSTOP to a reader failed"
-    );
-    assert!(
-        eventually(Duration::from_secs(10), || crate::common::sys::stopped(
-            left.pid()
-        )),
-        "the reader never stopped"
-    );
+    crate::common::sys::stop(&[left.pid()]);
     let (killed, left_pid) = (killed.kill(), left.pid());
     let st = status();
     assert_eq!(st.state, State::Held);

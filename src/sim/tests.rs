@@ -2,6 +2,7 @@
 use super::*;
 
 mod shared;
+mod tasks;
 
 fn workers(n: usize, wait: Wait) -> Vec<Script> {
     vec![Script::Worker { rounds: 2, wait }; n]
@@ -89,11 +90,16 @@ fn regressions() {
             panic!("seed {seed} (FUSE):\n{v}");
         }
     }
-    // On FUSE, fstat of a lock removed since it was opened fails (seed 1264), and a lock
+    // On FUSE, fstat of a lock removed since it was opened fails (seed 1264; since a
+    // runtime's tasks shared their tries for the queue's `flock`, seed 1 of four), and a lock
     // released and reaped while `observe` read it can give its inode number to the next lock
     // published at NAME, which was then judged malformed, "it has no owner.json" (seed 1814;
     // CI's hardening test on bindfs).
-    for (n, wait, seed) in [(3, Wait::Forever, 1264), (4, Wait::Immediately, 1814)] {
+    for (n, wait, seed) in [
+        (3, Wait::Forever, 1264),
+        (4, Wait::Immediately, 1),
+        (4, Wait::Immediately, 1814),
+    ] {
         let mut scripts = workers(n, wait);
         scripts.push(Script::Sweeper);
         let mut cfg = config(scripts, Mutant::None);
@@ -160,11 +166,11 @@ fn two_processes_exhaustively_within_bounds() {
 
 /// Four processes cycling three times each, scheduled in bursts
 /// ([`Bursts`](crate::sim::schedule::Bursts)): a process left behind for long stretches.
-/// Seeds 208 and 294 (1309, 4673, 5188 and 5850 too, of the first 6,000; 185 and 322 before
-/// a dead verdict was checked against `NAME`) find a waiter handed the lock that kept its
-/// queue entry's `flock`: two releases later, a holder took it for a waiter still, and
-/// exchanged the lock with what its candidate's name held then, the lock a stalled holder was
-/// retiring (I6).
+/// Seeds 221 and 293 (1514 and 2583 too, of the first 3,000; 208 and 294 before a runtime's
+/// tasks shared their tries for the queue's `flock`, 185 and 322 before a dead verdict was
+/// checked against `NAME`) find a waiter handed the lock that kept its queue entry's `flock`:
+/// two releases later, a holder took it for a waiter still, and exchanged the lock with what
+/// its candidate's name held then, the lock a stalled holder was retiring (I6).
 #[test]
 fn bursty_schedules_of_four_workers() {
     let rounds = Script::Worker {
@@ -172,7 +178,7 @@ fn bursty_schedules_of_four_workers() {
         wait: Wait::Forever,
     };
     let cfg = config(vec![rounds; 4], Mutant::None);
-    for seed in (0..40).chain([208, 294]) {
+    for seed in (0..40).chain([221, 293]) {
         if let Err(v) = run(&cfg, &mut crate::sim::schedule::Bursts::new(seed, 20)) {
             panic!("seed {seed} (bursts of 20 on average):\n{v}");
         }
@@ -491,82 +497,6 @@ fn the_simulation_sees_a_plain_rename_replace_a_directory() {
         "PlainRename: seed {seed}: {}",
         v.lines().next().unwrap_or("")
     );
-}
-
-fn tasks(n: u8, wait: Wait, cancel: Option<(u8, u8)>) -> Script {
-    Script::Tasks { n, wait, cancel }
-}
-
-/// Every schedule, within two preemptions, of a runtime of two tasks beside a blocking
-/// worker, for each way of dropping one task's acquisition at one of its first polls (or
-/// none), and beside a blocking thread of its own process: the queue serves them in turn, a
-/// dropped acquisition leaves nothing behind, and the others and the tasks exclude each
-/// other.
-#[test]
-fn tasks_beside_a_worker_exhaustively_within_bounds() {
-    let limit: usize = std::env::var("SIM_LIMIT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(usize::MAX);
-    let mut explored = Vec::new();
-    for cancel in [None, Some((0, 1)), Some((0, 2)), Some((1, 1)), Some((1, 2))] {
-        let worker = Script::Worker {
-            rounds: 1,
-            wait: Wait::Forever,
-        };
-        let mut cfg = config(vec![tasks(2, Wait::Forever, cancel), worker], Mutant::None);
-        cfg.crashes = 0;
-        cfg.preemptions = Some(2);
-        explored.push(exhaustive(&cfg, limit).unwrap_or_else(|v| panic!("{cancel:?}: {v}")));
-    }
-    // A blocking thread of the runtime's own process, beside its tasks.
-    let thread = Script::Thread {
-        wait: Wait::Forever,
-    };
-    let mut cfg = config(vec![tasks(2, Wait::Forever, None), thread], Mutant::None);
-    cfg.crashes = 0;
-    cfg.preemptions = Some(2);
-    explored.push(exhaustive(&cfg, limit).unwrap_or_else(|v| panic!("a thread beside: {v}")));
-    eprintln!("exhaustive with tasks: {explored:?} schedules");
-    assert!(
-        explored.iter().all(|n| *n > 20),
-        "the search explored {explored:?}"
-    );
-}
-
-/// Random schedules of runtimes of tasks (some acquisitions dropped, some timing out), a
-/// blocking thread beside one runtime in its process, blocking workers, a sweeper and a temp
-/// cleaner, with crashes (which take a process's threads and tasks together), with and without flock,
-/// with lost notifications and without pidfd.
-#[test]
-fn random_schedules_of_tasks_and_processes() {
-    let mut steps = 0;
-    for (no_flock, lossy, no_pidfd) in [
-        (false, false, false),
-        (false, true, false),
-        (true, false, true),
-        (true, true, false),
-    ] {
-        for cancel in [None, Some((1, 1)), Some((0, 3))] {
-            let scripts = vec![
-                tasks(3, Wait::Forever, cancel),
-                Script::Thread {
-                    wait: Wait::Forever,
-                },
-                tasks(2, Wait::Timeout(Duration::from_secs(3)), None),
-                Script::Worker {
-                    rounds: 2,
-                    wait: Wait::Forever,
-                },
-                Script::Sweeper,
-                Script::Cleaner,
-            ];
-            let mut cfg = config(scripts, Mutant::None);
-            (cfg.no_flock, cfg.lossy, cfg.no_pidfd) = (no_flock, lossy, no_pidfd);
-            steps += random(&cfg, 0..12);
-        }
-    }
-    assert!(steps > 10_000, "only {steps} steps");
 }
 
 /// A status and an acquisition agree on every state the schedules reach: the acquisition

@@ -198,7 +198,8 @@ fn the_record_of_long_reads_stays_fresh_for_the_reference() {
         r.crash_permille = 4;
         run(&cfg, &mut r).unwrap_or_else(|v| panic!("seed {seed}, crash rate 4:\n{v}"))
     };
-    steps += (100..110).map(&mut crashy).sum::<usize>();
+    // (Seeds 3, 10 and 12 find a killed reader kept in the record.)
+    steps += (0..15).map(&mut crashy).sum::<usize>();
     eprintln!("long reads: {steps} steps");
 }
 
@@ -379,6 +380,9 @@ fn regressions_of_shared_locks() {
         // Moved again when a dead verdict was checked against `NAME` before a takeover.
         (4, 502, true, 1),
         (1, 207, true, 1),
+        // Moved again when a runtime's tasks shared their tries for the queue's `flock`.
+        (3, 10, true, 0),
+        (4, 12, true, 0),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

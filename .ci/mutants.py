@@ -857,6 +857,15 @@ MUTANTS = [
      "        if let Some(pause) = self.defer_to_a_writer(meta.id) {",
      "        if let Some(pause) = self.defer_to_a_writer(meta.id).filter(|_| false) {",
      "it", "queue::a_reader_lets_a_writer_queued_before_it_go_first_though_not_yet_in_the_lock"),
+    # A waiter that finds the lock free lets each live waiter ahead of it publish first.
+    ("waiter-publishes-past-a-live-waiter-ahead", "src/protocol/contend/queued.rs",
+     "        let first = ticket.ahead(sp)?;",
+     "        let first = ticket.ahead(sp).filter(|_| false)?;",
+     "async", "order::a_task_behind_another_keeps_its_place_before_a_thread_that_came_after_it"),
+    ("defer-window-kept-across-waiters-ahead", "src/protocol/contend/queued.rs",
+     "            Some((since, was)) if was == first => since,",
+     "            Some((since, _)) => since,",
+     "lib", "protocol::contend::queued::tests::each_waiter_ahead_is_let_go_first_for_its_own_while"),
     # `observe` judges an unreadable record only while the directory it opened still exists:
     # on FUSE the simulation, as bindfs over ext4, gives a removed directory's number to the
     # next one made.

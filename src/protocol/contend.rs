@@ -145,7 +145,7 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     /// when we last failed to take a number.
     ticket: Option<Ticket<S>>,
     queued: bool,
-    deferred: Option<Duration>,
+    deferred: queued::Deferral,
     turned: Option<Duration>,
     unnumbered: queued::Unnumbered,
     /// A queued reader: the read lock it found with a live writer queued ahead of it, not yet
@@ -212,7 +212,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             intent: None,
             ticket: None,
             queued: false,
-            deferred: None,
+            deferred: Default::default(),
             turned: None,
             unnumbered: Default::default(),
             joining: None,

@@ -300,17 +300,18 @@ impl<S: System> Ticket<S> {
         }
     }
 
-    /// Whether a live waiter is ahead of this one (an entry with a lower number whose `flock`
-    /// is held, or cannot be judged). Entries of dead waiters found on the way are removed.
-    pub(crate) fn ahead(&self, sp: &Space<S>) -> bool {
-        let Ok(names) = in_order(sp.sys, &self.queue) else {
-            return false;
-        };
-        let mut ahead = false;
+    /// The number of the first live waiter ahead of this one (an entry with a lower number
+    /// whose `flock` is held, or cannot be judged), if any. Entries of dead waiters found on
+    /// the way are removed.
+    pub(crate) fn ahead(&self, sp: &Space<S>) -> Option<u64> {
+        let names = in_order(sp.sys, &self.queue).ok()?;
+        let mut first = None;
         for q in names.iter().take_while(|q| q.number < self.number) {
-            ahead |= waits(sp.sys, &self.queue, q) != Some(false);
+            if waits(sp.sys, &self.queue, q) != Some(false) {
+                first = first.or(Some(q.number));
+            }
         }
-        ahead
+        first
     }
 
     /// The nearest live writer (a thread's or a task's entry) queued ahead of this one, which

@@ -26,6 +26,26 @@ pub(super) const DEFER: Duration = Duration::from_millis(100);
 /// Its pause between two looks while it lets a waiter ahead publish.
 pub(super) const DEFER_PAUSE: Duration = Duration::from_millis(1);
 
+/// Since when a waiter that finds the lock free has let the first live waiter ahead of it
+/// (by its number) publish first. Each gets its own [`DEFER`]: a waiter that did not look
+/// while the one ahead of it took the lock and let it go (stopped, or slow to wake) does not
+/// pass the next one at once, as if the time that one took had been the next one's.
+#[derive(Default)]
+pub(crate) struct Deferral(Option<(Duration, u64)>);
+
+impl Deferral {
+    /// Whether to let the waiter numbered `first`, the first live one ahead, publish first
+    /// at `now`: for [`DEFER`] from when it was first found first.
+    fn defers(&mut self, now: Duration, first: u64) -> bool {
+        let since = match self.0 {
+            Some((since, was)) if was == first => since,
+            _ => now,
+        };
+        self.0 = Some((since, first));
+        now.saturating_sub(since) < DEFER
+    }
+}
+
 /// A waiter's tries for a number in the lock's queue, whose `flock` another may keep (a process
 /// stopped as it took its own): none within [`MARK_PATIENCE`] of a try that failed. A thread's
 /// are its own. The tasks of one runtime that wait for one lock share theirs
@@ -113,17 +133,19 @@ impl<'r, S: System> Contender<'r, '_, S> {
                     .is_some_and(|t| now.saturating_sub(t) < every / 2);
                 if let Some(left) = ticket.turn_given(sp).filter(|_| !turned && !self.expired()) {
                     self.turned = Some(now);
-                    self.deferred = None;
+                    self.deferred = Deferral::default();
                     return Some(Next::Pause(self.left().map_or(left, |l| l.min(left))));
                 }
-                let since = *self.deferred.get_or_insert(now);
-                if now.saturating_sub(since) < DEFER && !self.expired() && ticket.ahead(sp) {
-                    return Some(Next::Pause(DEFER_PAUSE));
+                if self.expired() {
+                    return None;
                 }
-                None
+                let first = ticket.ahead(sp)?;
+                self.deferred
+                    .defers(now, first)
+                    .then_some(Next::Pause(DEFER_PAUSE))
             }
             _ => {
-                self.deferred = None;
+                self.deferred = Deferral::default();
                 None
             }
         }
@@ -306,5 +328,25 @@ impl<'r, S: System> Contender<'r, '_, S> {
             ticket: None,
         };
         let _ = crate::protocol::release(sp, held, self.req.resource, sp.sys.pid());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each waiter ahead gets its own [`DEFER`]: the window starts anew when the first one
+    /// ahead is another, and ends for each once it is over.
+    #[test]
+    fn each_waiter_ahead_is_let_go_first_for_its_own_while() {
+        let ms = Duration::from_millis;
+        let mut d = Deferral::default();
+        assert!(d.defers(ms(1_000), 3));
+        assert!(d.defers(ms(1_099), 3));
+        assert!(!d.defers(ms(1_100), 3), "waiter 3 had its 100 ms");
+        // Waiter 3 took the lock and let it go while we did not look: waiter 5 is first now.
+        assert!(d.defers(ms(1_250), 5), "waiter 5 passed at once");
+        assert!(d.defers(ms(1_349), 5));
+        assert!(!d.defers(ms(1_350), 5), "waiter 5 had its 100 ms");
     }
 }

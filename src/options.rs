@@ -6,6 +6,11 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How many times in a row a candidate is made again after it vanished (a sweep or a temp
+/// cleaner removed it; an acquisition's, or a reclaimer's guard while it is staged) before
+/// the caller gives up.
+pub(crate) const MAX_RESTAGES: u32 = 32;
+
 /// The default grace period: how long a lock whose owner is dead *by evidence* (not by kernel
 /// proof) must sit untouched before it is reclaimed. The same as the reference implementation.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(60);

@@ -20,7 +20,7 @@
 //! fails on the file as on a directory: it stays out.)
 
 use crate::error::Error;
-use crate::options::Ages;
+use crate::options::{Ages, MAX_RESTAGES};
 use crate::owner::Owner;
 use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
 use crate::space::{lock_past_peekers, make_candidate, not_found, remove_tree, Seen, Space};
@@ -100,8 +100,24 @@ enum Staged<D> {
 /// this crate therefore never exists unmarked or unlocked, and a crash at any point leaves
 /// either a candidate (swept like any other) or a marked guard whose free flock proves its
 /// maker gone. `Ok(None)`: a guard is there already. Where the filesystem has no no-replace
-/// rename, the guard is a file made in place (see [`make_guard_in_place`]).
+/// rename, the guard is a file made in place (see [`make_guard_in_place`]). A staging directory
+/// that vanishes (a sweep or a temp cleaner removed it) is made again under a fresh token: no
+/// observer makes a reclaim fail.
 fn stage_guard<S: System>(sp: &Space<S>, name: &str, gname: &str) -> Result<Option<S::Dir>, Error> {
+    let mut vanished = 0;
+    loop {
+        match stage_guard_once(sp, name, gname) {
+            Err(e) if not_found(&e) && !sp.removed() && vanished < MAX_RESTAGES => vanished += 1,
+            other => return other,
+        }
+    }
+}
+
+fn stage_guard_once<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    gname: &str,
+) -> Result<Option<S::Dir>, Error> {
     let staging = candidate_name(name, &sp.sys.token());
     let guard = make_candidate(sp, &staging, true)?.dir;
     let result = mark(sp, &guard, &staging).and_then(|()| {

@@ -9,7 +9,7 @@ pub(crate) mod shared;
 mod stage;
 
 pub(crate) use contend::{queued::Tries, Contender, Next, Waiting};
-pub(crate) use stage::{Held, Request, MAX_RESTAGES};
+pub(crate) use stage::{Held, Request};
 
 use crate::error::Error;
 use crate::paths::{tombstone_for, OWNER_FILE};

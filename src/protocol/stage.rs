@@ -5,17 +5,13 @@
 use super::queue::Ticket;
 use super::shared::Entry;
 use crate::error::Error;
-use crate::options::Options;
+use crate::options::{Options, MAX_RESTAGES};
 use crate::owner::Owner;
 use crate::paths::{candidate_name, record_draft, OWNER_FILE};
 use crate::space::{make_candidate, not_found, remove_entry_dir, remove_tree, Space};
 use crate::sys::{is, Errno, FileId, Identity, Renamed, System};
 use std::io;
 use std::time::Duration;
-
-/// How many times in a row an acquisition stages again after its candidate vanished (a sweep
-/// or a temp cleaner removed it) before it gives up.
-pub(crate) const MAX_RESTAGES: u32 = 32;
 
 /// One acquisition's fixed inputs.
 pub(crate) struct Request<'a> {

@@ -116,11 +116,21 @@ fn regressions() {
     if let Err(v) = run(&config(scripts, Mutant::None), &mut Random::new(11925)) {
         panic!("seed 11925:\n{v}");
     }
-    // A planted record named the pid of a forked child, which in the model exists (live)
-    // before its parent forks it: the parent waited for it forever, it for its parent (the
-    // fuzz smoke of issue 18's CI; a deadlock of the scenario, not the protocol).
-    if let Err(v) = super::fuzz(&[55, 55, 11, 55]) {
-        panic!("fuzz input [55, 55, 11, 55]:\n{v}");
+    // Fuzz inputs. First: a planted record named the pid of a forked child, which in the model
+    // exists (live) before its parent forks it: the parent waited for it forever, it for its
+    // parent (the fuzz smoke of issue 18's CI; a deadlock of the scenario, not the protocol).
+    // Second: a temp cleaner removed the directory an unlock staged its reclaim guard in, and
+    // the unlock failed, "cannot mark the reclaim guard" (found by the fuzz target's proptest
+    // mirror).
+    for data in [
+        &[55, 55, 11, 55][..],
+        &[
+            53, 43, 190, 236, 41, 101, 31, 13, 8, 8, 115, 12, 125, 29, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ],
+    ] {
+        if let Err(v) = super::fuzz(data) {
+            panic!("fuzz input {data:?}:\n{v}");
+        }
     }
 }
 

@@ -25,6 +25,40 @@ fn fork(child: impl FnOnce() -> i32) -> libc::pid_t {
     pid
 }
 
+/// This thread's id (Linux), or 0.
+fn this_thread() -> i64 {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid takes no arguments and cannot fail.
+    return unsafe { libc::syscall(libc::SYS_gettid) };
+    #[cfg(not(target_os = "linux"))]
+    0
+}
+
+/// Returns once the thread whose id `tid` holds (once it is set) sleeps in `flock(2)`, as
+/// `/proc` tells on x86-64 Linux (fails the test after 10 s); elsewhere after 200 ms.
+fn blocked_in_flock(tid: &std::sync::atomic::AtomicI64) {
+    if !cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        std::thread::sleep(Duration::from_millis(200));
+        return;
+    }
+    let blocked = || {
+        let tid = tid.load(std::sync::atomic::Ordering::SeqCst);
+        let read = |f: &str| std::fs::read_to_string(format!("/proc/self/task/{tid}/{f}"));
+        let in_flock = read("syscall").is_ok_and(|s| s.split(' ').next() == Some("73"));
+        // The state follows the command name, in parentheses.
+        let stat = read("stat").unwrap_or_default();
+        let state = stat.rsplit_once(')').map(|(_, s)| s.trim_start());
+        tid != 0 && in_flock && state.is_some_and(|s| s.starts_with('S'))
+    };
+    for _ in 0..10_000 {
+        if blocked() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("the waiter never blocked in flock");
+}
+
 /// Runs `child` in a forked process and returns its exit status.
 fn in_fork(child: impl FnOnce() -> i32) -> i32 {
     let pid = fork(child);
@@ -104,9 +138,17 @@ fn forked_children_and_execd_programs_do_not_own_the_lock() {
             std::thread::sleep(Duration::from_secs(30));
             0
         });
+        let tid = std::sync::atomic::AtomicI64::new(0);
         let (acquired, child_alive) = std::thread::scope(|s| {
-            let waiter = s.spawn(|| locks.named_lock("w.lock").wait(wait).acquire());
-            std::thread::sleep(Duration::from_millis(200)); // let it block
+            let waiter = s.spawn(|| {
+                tid.store(this_thread(), std::sync::atomic::Ordering::SeqCst);
+                locks.named_lock("w.lock").wait(wait).acquire()
+            });
+            if wait == Wait::Forever {
+                blocked_in_flock(&tid);
+            } else {
+                std::thread::sleep(Duration::from_millis(200)); // let it wait
+            }
             g.release().unwrap();
             let acquired = waiter.join().unwrap();
             let mut status = 0;

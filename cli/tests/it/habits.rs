@@ -65,15 +65,18 @@ held_named() { "$D" status -q --lock named; test $? = 75; }
 "$D" run -x build.lock echo x >> out
 "$D" run --lock named echo named >> out
 # Held: -n fails at once, -E chooses the status, -w gives up, and the default waits (for
-# a lock path and for a lock of your lock directory alike).
-"$D" run build.lock "$D" run --lock named sleep 2 & holder=$!
+# a lock path and for a lock of your lock directory alike: the holder goes on once both wait).
+"$D" run build.lock "$D" run --lock named sh -c 'until [ -e go ]; do sleep 0.05; done' & holder=$!
 i=0; until held && held_named; do i=$((i+1)); [ $i -gt 400 ] && exit 99; sleep 0.05; done
 "$D" run -n build.lock echo not-run >> out 2>/dev/null; echo "n=$?" >> out
 "$D" run --nb -E 3 build.lock echo not-run >> out 2>/dev/null; echo "E=$?" >> out
 "$D" run -w 0.2 build.lock echo not-run >> out 2>/dev/null; echo "w=$?" >> out
 "$D" run --lock named echo named-after-the-holder > named.out 2>/dev/null & a=$!
 "$D" run build.lock echo after-the-holder > path.out 2>/dev/null & b=$!
-wait $a; wait $b; cat named.out path.out >> out; rm named.out path.out
+waits() { "$D" status --lock "$1" | grep -q '^  waiting:'; }
+i=0; until waits named && waits ./build.lock; do i=$((i+1)); [ $i -gt 400 ] && { touch go; exit 98; }; sleep 0.05; done
+touch go
+wait $a; wait $b; cat named.out path.out >> out; rm named.out path.out go
 wait $holder; echo "holder=$?" >> out
 "#;
     let mut c = ChildGuard::spawn(

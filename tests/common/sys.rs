@@ -188,6 +188,28 @@ pub fn stop(pids: &[u32]) {
     );
 }
 
+/// Returns once a child of process `pid` is held by its tracer (strace) at the entry of the
+/// system call numbered `nr` on x86-64 (`/proc/CHILD/syscall`), as a delay injected there
+/// holds it; panics if none is within 20 s. Elsewhere it waits 300 ms.
+pub fn child_held_in(pid: u32, nr: u32) {
+    if !cfg!(target_arch = "x86_64") {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        return;
+    }
+    let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+    let held = || {
+        let children = read(format!("/proc/{pid}/task/{pid}/children"));
+        children.split_whitespace().any(|c| {
+            let call = read(format!("/proc/{c}/syscall"));
+            call.split(' ').next() == Some(&nr.to_string()) && c.parse().is_ok_and(stopped)
+        })
+    };
+    assert!(
+        super::eventually(std::time::Duration::from_secs(20), held),
+        "no child of {pid} was held in system call {nr}"
+    );
+}
+
 /// Lets processes `pids`, stopped by [`stop`], go on (`SIGCONT`).
 pub fn resume(pids: &[u32]) {
     for &pid in pids {

@@ -246,7 +246,7 @@ fn a_stop_signal_before_the_command_starts_means_it_never_starts() {
     let record = fx.dir().join("g.lock").join("owner.json");
     assert!(eventually(Duration::from_secs(20), || record.exists()));
     let pid = recorded(&record).pid;
-    std::thread::sleep(Duration::from_millis(300)); // inside the delay
+    sys::child_held_in(pid, 157); // prctl, inside the delay
     assert!(signal(pid, libc::SIGTERM));
     let status = run.wait_for(Duration::from_secs(20));
     assert!(status.is_some(), "dirlock run did not end");
@@ -295,7 +295,7 @@ fn a_signal_while_the_command_is_being_executed_reaches_it() {
     let record = fx.dir().join("e.lock").join("owner.json");
     assert!(eventually(Duration::from_secs(20), || record.exists()));
     let pid = recorded(&record).pid;
-    std::thread::sleep(Duration::from_millis(500)); // inside the exec
+    sys::child_held_in(pid, 59); // execve, inside the delay
     assert!(signal(pid, libc::SIGINT));
     let status = run.wait_for(Duration::from_secs(20));
     assert_eq!(status.map(shell_status), Some(130), "the SIGINT was lost");

@@ -867,8 +867,12 @@ MUTANTS = [
      "        let first = ticket.ahead(sp).filter(|_| false)?;",
      "async", "order::a_task_behind_another_keeps_its_place_before_a_thread_that_came_after_it"),
     ("defer-window-kept-across-waiters-ahead", "src/protocol/contend/queued.rs",
-     "            Some((since, was)) if was == first => since,",
-     "            Some((since, _)) => since,",
+     "            Some((_, _, turns)) if turns < DEFER_TURNS => (now, turns + 1),",
+     "            Some((_, _, turns)) if false => (now, turns + 1),",
+     "lib", "protocol::contend::queued::tests::each_waiter_ahead_is_let_go_first_for_its_own_while"),
+    ("defer-turns-without-bound", "src/protocol/contend/queued.rs",
+     "            Some((_, _, turns)) if turns < DEFER_TURNS => (now, turns + 1),",
+     "            Some((_, _, turns)) if true || turns < DEFER_TURNS => (now, turns + 1),",
      "lib", "protocol::contend::queued::tests::each_waiter_ahead_is_let_go_first_for_its_own_while"),
     # `observe` judges an unreadable record only while the directory it opened still exists:
     # on FUSE the simulation, as bindfs over ext4, gives a removed directory's number to the

@@ -59,6 +59,19 @@ fn blocked_in_flock(tid: &std::sync::atomic::AtomicI64) {
     panic!("the waiter never blocked in flock");
 }
 
+/// A forked child, killed and reaped when dropped (also when the test fails).
+struct ReapedFork(libc::pid_t);
+
+impl Drop for ReapedFork {
+    fn drop(&mut self) {
+        // SAFETY: kills and reaps our own child, forked by `fork`.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
 /// Runs `child` in a forked process and returns its exit status.
 fn in_fork(child: impl FnOnce() -> i32) -> i32 {
     let pid = fork(child);
@@ -134,10 +147,10 @@ fn forked_children_and_execd_programs_do_not_own_the_lock() {
     for wait in [Wait::Forever, Wait::Timeout(Duration::from_secs(120))] {
         let g = locks.named_lock("w.lock").acquire().unwrap();
         // No other thread runs now (the previous waiter was joined).
-        let child = fork(|| {
+        let child = ReapedFork(fork(|| {
             std::thread::sleep(Duration::from_secs(30));
             0
-        });
+        }));
         let tid = std::sync::atomic::AtomicI64::new(0);
         let (acquired, child_alive) = std::thread::scope(|s| {
             let waiter = s.spawn(|| {
@@ -153,14 +166,10 @@ fn forked_children_and_execd_programs_do_not_own_the_lock() {
             let acquired = waiter.join().unwrap();
             let mut status = 0;
             // SAFETY: polls our own child without blocking; `status` is a valid out-pointer.
-            let alive = unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0;
+            let alive = unsafe { libc::waitpid(child.0, &mut status, libc::WNOHANG) } == 0;
             (acquired, alive)
         });
-        // SAFETY: kills and reaps the child forked above.
-        unsafe {
-            libc::kill(child, libc::SIGKILL);
-            libc::waitpid(child, std::ptr::null_mut(), 0);
-        }
+        drop(child);
         let acquired = acquired.expect("the waiter gets the released lock");
         assert!(
             child_alive,

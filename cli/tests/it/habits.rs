@@ -67,7 +67,7 @@ held_named() { "$D" status -q --lock named; test $? = 75; }
 # Held: -n fails at once, -E chooses the status, -w gives up, and the default waits (for
 # a lock path and for a lock of your lock directory alike: the holder goes on once both wait).
 "$D" run build.lock "$D" run --lock named sh -c 'until [ -e go ]; do sleep 0.05; done' & holder=$!
-i=0; until held && held_named; do i=$((i+1)); [ $i -gt 400 ] && exit 99; sleep 0.05; done
+i=0; until held && held_named; do i=$((i+1)); [ $i -gt 400 ] && { touch go; exit 99; }; sleep 0.05; done
 "$D" run -n build.lock echo not-run >> out 2>/dev/null; echo "n=$?" >> out
 "$D" run --nb -E 3 build.lock echo not-run >> out 2>/dev/null; echo "E=$?" >> out
 "$D" run -w 0.2 build.lock echo not-run >> out 2>/dev/null; echo "w=$?" >> out

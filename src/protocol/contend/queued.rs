@@ -27,21 +27,29 @@ pub(super) const DEFER: Duration = Duration::from_millis(100);
 pub(super) const DEFER_PAUSE: Duration = Duration::from_millis(1);
 
 /// Since when a waiter that finds the lock free has let the first live waiter ahead of it
-/// (by its number) publish first. Each gets its own [`DEFER`]: a waiter that did not look
-/// while the one ahead of it took the lock and let it go (stopped, or slow to wake) does not
-/// pass the next one at once, as if the time that one took had been the next one's.
+/// (by its number) publish first, and how many have been first in turn since it last saw the
+/// lock held. Each gets its own [`DEFER`]: a waiter that did not look while the one ahead of it
+/// took the lock and let it go (stopped, or slow to wake) does not pass the next one at once,
+/// as if the time that one took had been the next one's. At most [`DEFER_TURNS`] in a row
+/// while the lock stays free: entries planted to leave one by one hold no waiter back for
+/// longer than their number.
 #[derive(Default)]
-pub(crate) struct Deferral(Option<(Duration, u64)>);
+pub(crate) struct Deferral(Option<(Duration, u64, u32)>);
+
+/// How many waiters ahead, one after another, a waiter lets go first while the lock stays free.
+const DEFER_TURNS: u32 = 4;
 
 impl Deferral {
     /// Whether to let the waiter numbered `first`, the first live one ahead, publish first
     /// at `now`: for [`DEFER`] from when it was first found first.
     fn defers(&mut self, now: Duration, first: u64) -> bool {
-        let since = match self.0 {
-            Some((since, was)) if was == first => since,
-            _ => now,
+        let (since, turns) = match self.0 {
+            Some((since, was, turns)) if was == first => (since, turns),
+            Some((_, _, turns)) if turns < DEFER_TURNS => (now, turns + 1),
+            Some((since, _, turns)) => (since, turns),
+            None => (now, 1),
         };
-        self.0 = Some((since, first));
+        self.0 = Some((since, first, turns));
         now.saturating_sub(since) < DEFER
     }
 }
@@ -348,5 +356,17 @@ mod tests {
         assert!(d.defers(ms(1_250), 5), "waiter 5 passed at once");
         assert!(d.defers(ms(1_349), 5));
         assert!(!d.defers(ms(1_350), 5), "waiter 5 had its 100 ms");
+        // Two more, each with its own while; the next, a fifth in a row, has none of its own
+        // (only what is left of the fourth's).
+        assert!(d.defers(ms(1_400), 6));
+        assert!(d.defers(ms(1_450), 7));
+        assert!(d.defers(ms(1_549), 8));
+        assert!(
+            !d.defers(ms(1_560), 8),
+            "a fifth waiter ahead in a row was let go first"
+        );
+        // Once the lock was seen held, they start again.
+        let mut d = Deferral::default();
+        assert!(d.defers(ms(2_000), 9));
     }
 }

@@ -4,6 +4,14 @@ use super::*;
 mod shared;
 mod tasks;
 
+/// The most schedules an exhaustive test explores: `SIM_LIMIT`, or no bound.
+fn limit() -> usize {
+    std::env::var("SIM_LIMIT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(usize::MAX)
+}
+
 fn workers(n: usize, wait: Wait) -> Vec<Script> {
     vec![Script::Worker { rounds: 2, wait }; n]
 }
@@ -149,10 +157,7 @@ fn two_processes_exhaustively_within_bounds() {
         Mutant::None,
     );
     cfg.preemptions = Some(1);
-    let limit: usize = std::env::var("SIM_LIMIT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(usize::MAX);
+    let limit = limit();
     let a = exhaustive(&cfg, limit).unwrap_or_else(|v| panic!("{v}"));
     let mut cfg = config(
         vec![

@@ -15,13 +15,6 @@ fn writer(wait: Wait) -> Script {
     Script::Worker { rounds: 1, wait }
 }
 
-fn limit() -> usize {
-    std::env::var("SIM_LIMIT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(usize::MAX)
-}
-
 /// Every schedule, within bounds, of two readers beside a writer: without crashes and with
 /// one preemption; with one crash anywhere (a reader between its shared `flock` and its
 /// entry, mid-leave, a writer with its entry in place, a reclaimer under its guard) and no

@@ -13,10 +13,7 @@ fn tasks(n: u8, wait: Wait, cancel: Option<(u8, u8)>) -> Script {
 /// other.
 #[test]
 fn tasks_beside_a_worker_exhaustively_within_bounds() {
-    let limit: usize = std::env::var("SIM_LIMIT")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(usize::MAX);
+    let limit = limit();
     let mut explored = Vec::new();
     for cancel in [None, Some((0, 1)), Some((0, 2)), Some((1, 1)), Some((1, 2))] {
         let worker = Script::Worker {

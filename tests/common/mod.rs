@@ -3,6 +3,7 @@
 //! behind, and the skip rule for tests that need more than the Rust toolchain.
 #![allow(dead_code)]
 
+pub mod busy;
 pub mod sys;
 use dirlock::Locks;
 use std::io::{BufRead, BufReader};

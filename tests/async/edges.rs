@@ -366,10 +366,12 @@ fn spare_descriptors_worker() {
         limit.rlim_cur = highest + 1 + spare.parse::<u64>().unwrap();
         assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
     }
+    // Told when it waits, so that the holder lets go only then (println! needs no descriptor).
     let request = locks
         .named_lock(LOCK)
         .wait(Duration::from_secs(20))
-        .cancel(&cancel);
+        .cancel(&cancel)
+        .on_wait(|_| println!("\nwaiting"));
     let got = if std::env::var_os(SPARE_ASYNC).is_some() {
         rt.block_on(request.acquire_async())
     } else {
@@ -411,18 +413,40 @@ fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
         if asynchronous {
             cmd.env(SPARE_ASYNC, "1");
         }
-        let worker = Holder::adopt(cmd.spawn().unwrap());
-        std::thread::sleep(Duration::from_millis(500));
+        let mut child = cmd.spawn().unwrap();
+        let lines = lines_of(child.stdout.take().unwrap());
+        let worker = Holder::adopt(child);
+        // The holder lets go once the worker waits (or has failed): a release before it
+        // sleeps in its wait would leave the way it waits untested.
+        let mut said = String::new();
+        loop {
+            match lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => {
+                    said.push_str(&line);
+                    said.push('\n');
+                    if line == "waiting" {
+                        let slept = (0..20_000).any(|_| {
+                            std::thread::sleep(Duration::from_millis(1));
+                            asleep(worker.pid())
+                        });
+                        assert!(slept, "the worker never slept in its wait");
+                        break;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break, // it ended
+                Err(e) => panic!("the worker neither waited nor ended: {e}, {said:?}"),
+            }
+        }
         std::fs::write(&until, "").unwrap();
         holder.finish();
-        let out = worker.output();
-        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let status = worker.output().status;
+        said.extend(lines.iter().map(|l| l + "\n"));
         // A worker that ran nothing (its name mistyped) would pass as one that got the lock.
         assert!(
             said.contains("got it") || said.contains("failed:"),
             "the worker said {said:?}"
         );
-        (out.status.success(), said)
+        (status.success(), said)
     };
     let mut both = 0;
     for spare in 1..=9 {
@@ -438,6 +462,34 @@ fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
         both >= 3,
         "the blocking wait worked with too few limits to compare"
     );
+}
+
+/// The lines `out` says, as they come (the iterator ends when it closes).
+#[cfg(target_os = "linux")]
+fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Whether every thread of process `pid` sleeps (state `S` in `/proc`).
+#[cfg(target_os = "linux")]
+fn asleep(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            stat.rfind(')')
+                .is_some_and(|i| stat[i + 1..].split_whitespace().next() == Some("S"))
+        })
+    })
 }
 
 /// A task whose lock's release was lost in an overflow of its process's kernel event queue

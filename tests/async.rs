@@ -6,6 +6,9 @@
 #[cfg(feature = "tokio")]
 #[path = "async/edges.rs"]
 mod edges;
+#[path = "common/machine.rs"]
+#[allow(dead_code, reason = "without the feature, only the skip rule is used")]
+mod machine;
 #[cfg(feature = "tokio")]
 #[path = "async/order.rs"]
 mod order;
@@ -18,10 +21,5 @@ mod tasks;
 #[cfg(not(feature = "tokio"))]
 #[test]
 fn the_async_tests_need_the_tokio_feature() {
-    let need = "skipped the async tests: they need `--features tokio`\n";
-    if std::env::var_os("DIRLOCK_TEST_REQUIRE_ALL").is_some_and(|v| v == "1") {
-        panic!("{need}");
-    }
-    // Straight to the stream, past the harness's capture: a skip is news.
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), need.as_bytes());
+    machine::lacks("the async tests", "`--features tokio`", false);
 }

@@ -1,11 +1,9 @@
 //! The asynchronous acquisition's tests (see `tests/async.rs`).
 
-#[path = "../common/busy.rs"]
-mod busy;
 #[path = "../common/portable.rs"]
 pub(crate) mod portable;
 
-use busy::thread_busy;
+use crate::machine::thread_busy;
 use dirlock::{Cancel, Error, Locks, Wait};
 pub(crate) use portable::entries;
 use portable::Holder;

@@ -3,9 +3,10 @@
 //! behind, and the skip rule for tests that need more than the Rust toolchain.
 #![allow(dead_code)]
 
-pub mod busy;
+pub mod machine;
 pub mod sys;
 use dirlock::Locks;
+pub use machine::lacks;
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -343,25 +344,6 @@ pub fn boot_id() -> String {
 #[allow(dead_code, reason = "not every test crate injects with it")]
 pub fn strace_injecting<'a>(log: &'a str, trace: &'a str, inject: &'a str) -> [&'a str; 8] {
     ["strace", "-f", "-o", log, "-e", trace, "-e", inject]
-}
-
-/// Whether a test must skip because the machine lacks what it needs: prints one line naming
-/// the test and the need, and returns `true`. With `DIRLOCK_TEST_REQUIRE_ALL=1` (CI) a missing
-/// need fails the test instead.
-pub fn lacks(test: &str, need: &str, have: bool) -> bool {
-    if have {
-        return false;
-    }
-    if std::env::var_os("DIRLOCK_TEST_REQUIRE_ALL").is_some_and(|v| v == "1") {
-        panic!("{test}: needs {need} (DIRLOCK_TEST_REQUIRE_ALL=1 forbids skipping)");
-    }
-    // Straight to the stream, past the harness's capture: a skip is news even when the test
-    // passes.
-    let _ = std::io::Write::write_all(
-        &mut std::io::stderr(),
-        format!("skipped {test}: needs {need}\n").as_bytes(),
-    );
-    true
 }
 
 /// Whether this process runs as root.

@@ -1,7 +1,7 @@
 //! Waiting: woken by the holder's release or death, bounded by timeouts, cancellable, and
 //! never leaving a candidate behind.
 
-use crate::common::busy::thread_busy;
+use crate::common::machine::thread_busy;
 use crate::common::*;
 use dirlock::{Cancel, Error, Wait};
 use std::time::{Duration, Instant};

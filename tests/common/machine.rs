@@ -1,4 +1,5 @@
-//! How busy a thread was, for the checks that a wait sleeps rather than spins.
+//! What the machine running the tests has and does: the rule for a test that needs more than
+//! the Rust toolchain, and how busy a thread was. Portable (the async tests run under Wine).
 
 use std::time::Duration;
 
@@ -21,4 +22,23 @@ pub fn thread_busy() -> Option<Duration> {
     let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
     let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
     Some(Duration::from_millis(ticks * 10))
+}
+
+/// Whether a test must skip because the machine lacks what it needs: prints one line naming
+/// the test and the need, and returns `true`. With `DIRLOCK_TEST_REQUIRE_ALL=1` (CI) a missing
+/// need fails the test instead.
+pub fn lacks(test: &str, need: &str, have: bool) -> bool {
+    if have {
+        return false;
+    }
+    if std::env::var_os("DIRLOCK_TEST_REQUIRE_ALL").is_some_and(|v| v == "1") {
+        panic!("{test}: needs {need} (DIRLOCK_TEST_REQUIRE_ALL=1 forbids skipping)");
+    }
+    // Straight to the stream, past the harness's capture: a skip is news even when the test
+    // passes.
+    let _ = std::io::Write::write_all(
+        &mut std::io::stderr(),
+        format!("skipped {test}: needs {need}\n").as_bytes(),
+    );
+    true
 }

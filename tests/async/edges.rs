@@ -421,11 +421,12 @@ fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
                     said.push_str(&line);
                     said.push('\n');
                     if line == "waiting" {
-                        let slept = (0..20_000).any(|_| {
+                        // (One that has ended is judged below, by what it said.)
+                        let settled = (0..20_000).any(|_| {
                             std::thread::sleep(Duration::from_millis(1));
-                            asleep(worker.pid())
+                            asleep_or_ended(worker.pid())
                         });
-                        assert!(slept, "the worker never slept in its wait");
+                        assert!(settled, "the worker neither slept in its wait nor ended");
                         break;
                     }
                 }
@@ -474,16 +475,19 @@ fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiv
     rx
 }
 
-/// Whether every thread of process `pid` sleeps (state `S` in `/proc`).
+/// Whether every thread of process `pid` sleeps (state `S` in `/proc`), or the process has
+/// ended (a zombie, `Z`, until it is reaped).
 #[cfg(target_os = "linux")]
-fn asleep(pid: u32) -> bool {
+fn asleep_or_ended(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return false;
+        return true;
     };
     tasks.filter_map(Result::ok).all(|t| {
         std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
-            stat.rfind(')')
-                .is_some_and(|i| stat[i + 1..].split_whitespace().next() == Some("S"))
+            let state = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next());
+            matches!(state, Some("S" | "Z"))
         })
     })
 }

@@ -1,27 +1,63 @@
 //! What the machine running the tests has and does: the rule for a test that needs more than
-//! the Rust toolchain, and how busy a thread was. Portable (the async tests run under Wine).
+//! the Rust toolchain, and how a thread spends its time. Portable (the async tests run under Wine).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long this thread has been busy: on a CPU, or ready to run and waiting for one
-/// (`/proc/thread-self/schedstat`). A loop that spins is busy all the time it spins however
-/// loaded the machine is (two spinners on one core: each runs half the time and waits the
-/// other half), so a check against it needs no margin for the load, as a count of CPU time
-/// would; a thread asleep is not busy at all. Where the kernel keeps no such count, CPU time
-/// (`/proc/thread-self/stat`, in ticks of 10 ms). `None` off Linux (Wine's processes
-/// included: their count is the emulation's).
-pub fn thread_busy() -> Option<Duration> {
+/// How this thread spends a stretch of time, for the checks that a wait sleeps rather than
+/// spins: on a CPU, ready to run and waiting for one, or asleep
+/// (`/proc/thread-self/schedstat`).
+pub struct Watch {
+    started: Instant,
+    busy: Duration,
+}
+
+impl Watch {
+    /// Starts watching this thread. `None` where the kernel keeps no such count: off Linux
+    /// (Wine's processes included), or a kernel without schedstats (before 5.14 its file then
+    /// reads all zeros).
+    pub fn start() -> Option<Watch> {
+        Some(Watch {
+            busy: busy()?,
+            started: Instant::now(),
+        })
+    }
+
+    /// Whether the thread that started the watch slept through the time since: it was ready
+    /// to run (on a CPU, or waiting for one) for under half of it. A loop that spins is ready
+    /// all the while, however loaded the machine is: alone on a CPU it runs, behind other
+    /// processes it waits for one (even one that pauses a millisecond now and then). A waiter
+    /// is ready only when something wakes it, until it sleeps again: next to none of the time
+    /// where the other processes run at its priority, or a lower one. Behind processes of a
+    /// higher priority a wake-up can wait long for a CPU (ten spinning processes at nice 0 held
+    /// a waiter at nice 10 ready for three quarters of its 400 ms), so a test that is niced
+    /// below the machine's load can fail here. `Err` says how it spent the time.
+    pub fn slept(&self) -> Result<(), String> {
+        let whole = self.started.elapsed();
+        let busy = busy().expect("the count that `start` read") - self.busy;
+        if busy < whole / 2 {
+            return Ok(());
+        }
+        Err(format!(
+            "of {whole:?}, it was ready to run (on a CPU or waiting for one) {busy:?}"
+        ))
+    }
+}
+
+/// How long this thread has been ready to run so far: on a CPU, or waiting for one.
+fn busy() -> Option<Duration> {
+    let read = |path| -> Option<(u64, u64)> {
+        let stat = std::fs::read_to_string(path).ok()?;
+        let mut ns = stat.split_whitespace().map(|n| n.parse::<u64>().ok());
+        Some((ns.next()??, ns.next()??))
+    };
     if !cfg!(target_os = "linux") {
         return None;
     }
-    if let Ok(stat) = std::fs::read_to_string("/proc/thread-self/schedstat") {
-        let mut ns = stat.split_whitespace().map(|n| n.parse::<u64>().ok());
-        return Some(Duration::from_nanos(ns.next()?? + ns.next()??));
-    }
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
-    let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
+    // The process's first thread has run by now: no time at all is a kernel that does not
+    // count. (A thread just started may not have been charged yet.)
+    read("/proc/self/schedstat").filter(|(ran, _)| *ran > 0)?;
+    let (ran, queued) = read("/proc/thread-self/schedstat")?;
+    Some(Duration::from_nanos(ran + queued))
 }
 
 /// Whether a test must skip because the machine lacks what it needs: prints one line naming

@@ -225,7 +225,7 @@ impl Error {
                 resource,
                 problem,
             } => format!(
-                "{} has a malformed owner record: {}; nothing removes it automatically",
+                "{} is damaged: {}; nothing removes it automatically",
                 subject(lock, resource),
                 text::escape(problem)
             ),

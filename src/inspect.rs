@@ -549,12 +549,17 @@ fn leftovers<S: System>(
 
 fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error> {
     let gname = guard_name(name);
-    let (guard, file) = match open_guard(sp, &gname)? {
-        Guard::Gone => return Ok(GuardState::Absent),
-        Guard::Dir(g) => (g, false),
-        Guard::File(g) => (g, true),
+    let (guard, file) = match open_guard(sp, &gname) {
+        Ok(Guard::Gone) => return Ok(GuardState::Absent),
+        Ok(Guard::Dir(g)) => (g, false),
+        Ok(Guard::File(g)) => (g, true),
         // Another platform's: whether it is in use cannot be told here.
-        Guard::Foreign => return Ok(GuardState::Busy),
+        Ok(Guard::Foreign) => return Ok(GuardState::Busy),
+        // A symlink, FIFO or socket: what it blocks is told, not an error of the look.
+        Err(Error::Unsafe { path, problem, .. }) => {
+            return Ok(GuardState::Unsafe { path, problem })
+        }
+        Err(e) => return Err(e),
     };
     let meta = match sp.sys.meta(&guard) {
         Ok(m) => m,

@@ -313,18 +313,23 @@ fn held_alone<S: System>(sp: &Space<S>, dir: &S::Dir, name: &str, id: FileId) ->
 }
 
 /// Under the guard, for a forced removal: `NAME` is still the directory (or the file) `id`
-/// and nobody's beacon is held on it (`Some`, with the directory held exclusively until it is
-/// retired); `None`: it changed.
+/// and nobody holds a `flock` on it (`Some`, with the directory or file held exclusively
+/// until it is retired); `None`: it changed, or is held.
 fn forced_still<S: System>(sp: &Space<S>, name: &str, id: FileId) -> Option<Option<S::Dir>> {
     let meta = sp.sys.meta_at(sp.dir, name).ok().filter(|m| m.id == id)?;
-    if meta.kind != Kind::Dir {
-        return Some(None); // a file or symlink where the lock should be
-    }
-    let dir = sp.sys.open_dir_at(sp.dir, name).ok()?;
+    let held = match meta.kind {
+        Kind::Dir => sp.sys.open_dir_at(sp.dir, name).ok()?,
+        Kind::File => match sp.sys.open_file_at(sp.dir, name, false) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => return Some(None),
+            Err(_) => return None,
+        },
+        _ => return Some(None), // a symlink, FIFO or socket where the lock should be
+    };
     sp.sys
-        .try_lock(&dir, true)
+        .try_lock(&held, true)
         .unwrap_or(false)
-        .then_some(Some(dir))
+        .then_some(Some(held))
 }
 
 /// How often an unlock looks again after the lock changed under it (each time, some other
@@ -429,17 +434,24 @@ fn forced<S: System>(
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(sp.io("inspect the lock", name, e)),
     };
-    if meta.kind == Kind::Dir {
-        let dir = match sp.sys.open_dir_at(sp.dir, name) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(sp.io("open the lock", name, e)),
-        };
-        if !sp.sys.try_lock(&dir, false).unwrap_or(false) {
-            return Err(malformed(format!(
-                "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
-            )));
-        }
+    // A directory's holder keeps its flock; so does one of a plain file (flock(1)'s own lock
+    // files), exclusive or shared.
+    let (opened, exclusive) = match meta.kind {
+        Kind::Dir => (sp.sys.open_dir_at(sp.dir, name), false),
+        Kind::File => (sp.sys.open_file_at(sp.dir, name, false), true),
+        _ => return Ok(Some(meta.id)),
+    };
+    let held = match opened {
+        Ok(h) => h,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // (Windows opens no such file for its flock: nothing to ask.)
+        Err(e) if e.kind() == io::ErrorKind::Unsupported => return Ok(Some(meta.id)),
+        Err(e) => return Err(sp.io("open the lock", name, e)),
+    };
+    if !sp.sys.try_lock(&held, exclusive).unwrap_or(false) {
+        return Err(malformed(format!(
+            "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
+        )));
     }
     Ok(Some(meta.id))
 }

@@ -270,7 +270,8 @@ impl LockRequest {
     /// # Errors
     ///
     /// [`Error::Locked`] for a live or unknown owner (it is never removed);
-    /// [`Error::Malformed`] without `force`, or when its beacon is held; [`Error::Guarded`]
+    /// [`Error::Malformed`] without `force`, or while a process holds a `flock` on it (its
+    /// beacon, or a plain file's such as flock(1)'s lock files); [`Error::Guarded`]
     /// when another process is reclaiming; [`Error::Io`].
     pub fn unlock(&self, force: bool) -> Result<Unlocked, Error> {
         let Resolved { name, resource, .. } = self.resolve()?;

@@ -219,11 +219,16 @@ fn sweep(place: &Place, grace: Option<Duration>, verbose: bool) -> Result<ExitCo
             let _ = writeln!(text, "kept {}: {}", escape(name), escape(why));
         }
     } else {
+        use dirlock::paths::Entry;
         let lock_of = |name: &str| match dirlock::paths::classify(name) {
-            dirlock::paths::Entry::Candidate { lock, .. }
-            | dirlock::paths::Entry::Tombstone { lock } => status::words_for(&lock),
+            Entry::Candidate { lock, .. }
+            | Entry::Tombstone { lock }
+            | Entry::Guard { lock }
+            | Entry::Writers { lock }
+            | Entry::Queue { lock } => status::words_for(&lock),
             _ => escape(name).into_owned(),
         };
+        // How many per lock (and, kept, per reason): never a line per leftover.
         let mut removed: std::collections::BTreeMap<String, usize> = Default::default();
         for name in &report.removed {
             *removed.entry(lock_of(name)).or_default() += 1;
@@ -232,13 +237,15 @@ fn sweep(place: &Place, grace: Option<Duration>, verbose: bool) -> Result<ExitCo
             let s = if n == 1 { "" } else { "s" };
             let _ = writeln!(text, "removed {n} leftover{s} of {what}");
         }
+        let mut kept: std::collections::BTreeMap<(String, String), usize> = Default::default();
         for (name, why) in &report.kept {
-            let _ = writeln!(
-                text,
-                "kept a leftover of {}: {}",
-                lock_of(name),
-                escape(why)
-            );
+            *kept
+                .entry((lock_of(name), escape(why).into_owned()))
+                .or_default() += 1;
+        }
+        for ((what, why), n) in kept {
+            let s = if n == 1 { "" } else { "s" };
+            let _ = writeln!(text, "kept {n} leftover{s} of {what}: {why}");
         }
         if report.removed.is_empty() && report.kept.is_empty() {
             text.push_str("nothing to remove\n");

@@ -75,7 +75,8 @@ pub(crate) fn emit(text: &str) -> Result<(), Failure> {
 
 /// A line on stderr; a stderr that cannot be written to is not worth failing over.
 pub(crate) fn say(line: &str) {
-    let _ = writeln!(std::io::stderr(), "dirlock: {line}");
+    // One write: lines of runs that share a log are not interleaved.
+    let _ = std::io::stderr().write_all(format!("dirlock: {line}\n").as_bytes());
 }
 
 /// A held lock in words, with local times: what it is for, who holds it since when, and, for

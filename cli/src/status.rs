@@ -254,7 +254,7 @@ fn summary(st: &Status, what: &str) -> String {
             span(*remaining)
         ),
         State::Unknown => format!(
-            "{what} is held by {}, which cannot be checked from here{}: it is never taken over automatically; once that process is gone, remove the lock with `dirlock unlock`",
+            "{what} is held by {}, which cannot be checked from here{}: it is never taken over automatically: check that process where it ran, and once it is gone remove the lock by hand",
             holder(),
             st.reason
                 .as_deref()
@@ -318,19 +318,34 @@ fn processes(readers: &[Party]) -> usize {
         .count()
 }
 
-/// A shared lock's readers, waiting writers and those that ended without leaving, a line each,
-/// in words (under [`describe`]'s first line).
+/// A shared lock's readers, waiting writers, the queue and those that ended without leaving,
+/// a line each, in words (under [`describe`]'s first line): a writer in the queue once, in its
+/// place there.
 fn parties(st: &Status, out: &mut String) {
-    let groups: [(&[Party], &str); 4] = [
-        (&st.readers, "reader"),
-        (&st.writers, "waiting to write"),
-        (&st.queue, "waiting"),
-        (&st.departed, "ended without releasing it"),
-    ];
-    for (list, label) in groups {
-        for p in list {
-            let _ = writeln!(out, "  {label}: {}", party_words(p));
-        }
+    fn token(p: &Party) -> Option<&str> {
+        p.owner.as_ref().map(|o| o.token.as_str())
+    }
+    let among = |list: &[Party], p: &Party| {
+        token(p).is_some_and(|t| list.iter().any(|q| token(q) == Some(t)))
+    };
+    let lines = st.readers.iter().map(|p| ("reader", p));
+    let lines = lines.chain(
+        st.writers
+            .iter()
+            .filter(|p| !among(&st.queue, p))
+            .map(|p| ("waiting to write", p)),
+    );
+    let lines = lines.chain(st.queue.iter().map(|p| match among(&st.writers, p) {
+        true => ("waiting to write", p),
+        false => ("waiting", p),
+    }));
+    let lines = lines.chain(
+        st.departed
+            .iter()
+            .map(|p| ("ended without releasing it", p)),
+    );
+    for (label, p) in lines {
+        let _ = writeln!(out, "  {label}: {}", party_words(p));
     }
 }
 

@@ -93,6 +93,66 @@ fn a_file_at_the_lock_path_is_refused() {
     refused(&fx, "regular file");
 }
 
+/// A plain file at the lock path may be another tool's lock file, in use (flock(1) locks its
+/// file): a forced unlock refuses it while any process holds a `flock` on it, and removes it
+/// once none does. (It once removed it, held, and said that no process held it.)
+#[test]
+fn a_forced_unlock_leaves_a_file_that_a_process_flocks() {
+    if lacks(
+        "hostile::a_forced_unlock_leaves_a_file_that_a_process_flocks",
+        "flock(1)",
+        have("flock"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    let file = fx.dir().join("x.lock");
+    std::fs::write(&file, "in use").unwrap();
+    let free = || {
+        std::process::Command::new("flock")
+            .args(["-n", "-s"])
+            .arg(&file)
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    for shared in [false, true] {
+        let mut flock = std::process::Command::new("flock");
+        flock.arg(if shared { "-s" } else { "-x" }).arg(&file);
+        let holder = ChildGuard::spawn(flock.args(["sleep", "60"]));
+        // A shared holder lets another shared one in: held once an exclusive try fails.
+        let held = || {
+            !std::process::Command::new("flock")
+                .args(["-n", "-x"])
+                .arg(&file)
+                .arg("true")
+                .status()
+                .unwrap()
+                .success()
+        };
+        assert!(eventually(Duration::from_secs(10), held), "flock took it");
+        let err = fx.locks.named_lock("x.lock").unlock(true).unwrap_err();
+        assert!(
+            matches!(err, Error::Malformed { .. })
+                && err.to_string().contains("holds a lock on it"),
+            "shared: {shared}: {err}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "in use");
+        drop(holder);
+        assert!(
+            eventually(Duration::from_secs(10), free),
+            "its holder let go"
+        );
+    }
+    let removed = fx.locks.named_lock("x.lock").unlock(true).unwrap();
+    assert!(
+        matches!(removed, dirlock::Unlocked::Removed { owner: None }),
+        "{removed:?}"
+    );
+    assert_eq!(fx.entries(), Vec::<String>::new());
+}
+
 #[test]
 fn a_symlinked_record_is_refused_and_its_target_untouched() {
     let fx = Fixture::new();
@@ -249,6 +309,41 @@ fn a_writable_guard_is_refused_and_status_says_the_lock_cannot_be_taken() {
     let err = fx.locks.named_lock("x.lock").acquire().unwrap_err();
     assert!(matches!(err, Error::Unsafe { .. }), "{err}");
     assert!(g.exists());
+}
+
+/// A symlink or FIFO where a takeover's guard goes is reported by status as what keeps a dead
+/// holder's lock from being taken over, and is no matter for a free lock; status does not fail
+/// over it. (It failed: "refusing ...".)
+#[test]
+fn a_guard_that_is_no_directory_is_reported_not_an_error() {
+    let fx = Fixture::new();
+    let g = fx.dir().join("x.lock.reclaim");
+    for odd in ["symlink", "fifo"] {
+        match odd {
+            "symlink" => symlink(fx.tmp.path(), &g).unwrap(),
+            _ => assert!(std::process::Command::new("mkfifo")
+                .arg(&g)
+                .status()
+                .unwrap()
+                .success()),
+        }
+        let status = fx.locks.named_lock("x.lock").status().unwrap();
+        assert!(status.takeable(), "{odd}: a free lock: {status:?}");
+        plant(
+            fx.dir(),
+            "x.lock",
+            &format!(r#"{{"pid":{},"token":"t"}}"#, dead_pid()),
+            Duration::from_secs(120),
+        );
+        let status = fx.locks.named_lock("x.lock").status().unwrap();
+        assert!(
+            matches!(&status.guard, dirlock::GuardState::Unsafe { path, .. } if *path == g),
+            "{odd}: {status:?}"
+        );
+        assert!(!status.takeable(), "{odd}: {status:?}");
+        std::fs::remove_file(&g).unwrap();
+        std::fs::remove_dir_all(fx.dir().join("x.lock")).unwrap();
+    }
 }
 
 #[test]

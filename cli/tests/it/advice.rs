@@ -110,3 +110,22 @@ fn the_command_advises_in_its_own_terms() {
         "{err}"
     );
 }
+
+/// A lock whose holder cannot be checked from here (another host) is removed by hand: status
+/// says so, as run does, and not to run `dirlock unlock`, which refuses it. (Status once
+/// advised `dirlock unlock`.)
+#[test]
+fn an_unknown_holder_is_to_be_removed_by_hand() {
+    let fx = Fixture::new();
+    let rec = r#"{"pid":1,"token":"t","host":"elsewhere.example"}"#;
+    plant(fx.dir(), "u.lock", rec, Duration::ZERO);
+    let status = dirlock(fx.dir(), &["status", "--lock", "u.lock"]);
+    let said = text(&status.stdout) + &text(&status.stderr);
+    assert!(
+        said.contains("by hand") && !said.contains("dirlock unlock"),
+        "{said}"
+    );
+    let unlock = dirlock(fx.dir(), &["unlock", "--lock", "u.lock"]);
+    assert_eq!(unlock.status.code(), Some(75), "{}", text(&unlock.stderr));
+    assert!(fx.dir().join("u.lock").join("owner.json").exists());
+}

@@ -172,10 +172,16 @@ fn status_lists_the_readers_and_a_waiting_writer() {
             "{line}"
         );
     }
+    // The writer, once (it was also listed again as "waiting:", for its place in the queue).
     let line = format!("  waiting to write: pid {wpid} on host ");
+    let named: Vec<&str> = says
+        .lines()
+        .filter(|l| l.contains(&format!("pid {wpid} ")))
+        .collect();
     assert!(
-        says.lines()
-            .any(|l| l.starts_with(&line) && l.contains("(purpose: reindex) since ")),
+        named.len() == 1
+            && named[0].starts_with(&line)
+            && named[0].contains("(purpose: reindex) since "),
         "{says}"
     );
     let words: String = says

@@ -326,10 +326,11 @@ fn forced_still<S: System>(sp: &Space<S>, name: &str, id: FileId) -> Option<Opti
         },
         _ => return Some(None), // a symlink, FIFO or socket where the lock should be
     };
-    sp.sys
-        .try_lock(&held, true)
-        .unwrap_or(false)
-        .then_some(Some(held))
+    match sp.sys.try_lock(&held, true) {
+        Ok(true) => Some(Some(held)),
+        Err(e) if is(&e, Errno::LockUnsupported) => Some(Some(held)),
+        _ => None,
+    }
 }
 
 /// How often an unlock looks again after the lock changed under it (each time, some other
@@ -436,24 +437,42 @@ fn forced<S: System>(
     };
     // A directory's holder keeps its flock; so does one of a plain file (flock(1)'s own lock
     // files), exclusive or shared.
+    let unsafe_here = |problem: String| Error::Unsafe {
+        path: sp.entry(name),
+        problem,
+        fix: "remove it by hand once no process uses it".into(),
+    };
     let (opened, exclusive) = match meta.kind {
         Kind::Dir => (sp.sys.open_dir_at(sp.dir, name), false),
         Kind::File => (sp.sys.open_file_at(sp.dir, name, false), true),
-        _ => return Ok(Some(meta.id)),
+        // flock(1) locks what a link points at, which dirlock never follows.
+        Kind::Symlink => {
+            return Err(unsafe_here(
+                "it is a symbolic link, and another tool may lock what it points at".into(),
+            ))
+        }
+        Kind::Other => return Ok(Some(meta.id)),
     };
     let held = match opened {
         Ok(h) => h,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         // (Windows opens no such file for its flock: nothing to ask.)
         Err(e) if e.kind() == io::ErrorKind::Unsupported => return Ok(Some(meta.id)),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            return Err(unsafe_here(format!(
+                "it cannot be opened to tell whether a process holds a lock on it ({e})"
+            )))
+        }
         Err(e) => return Err(sp.io("open the lock", name, e)),
     };
-    if !sp.sys.try_lock(&held, exclusive).unwrap_or(false) {
-        return Err(malformed(format!(
+    match sp.sys.try_lock(&held, exclusive) {
+        Ok(true) => Ok(Some(meta.id)),
+        // Where the filesystem has no such locks, no process holds one.
+        Err(e) if is(&e, Errno::LockUnsupported) => Ok(Some(meta.id)),
+        _ => Err(malformed(format!(
             "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
-        )));
+        ))),
     }
-    Ok(Some(meta.id))
 }
 
 /// What is at `NAME.reclaim`.
@@ -483,6 +502,15 @@ pub(crate) fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Guard<
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Guard::Gone),
             Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(Guard::Foreign),
             Err(e) if is(&e, Errno::Loop) || e.kind() == io::ErrorKind::InvalidInput => {
+                Err(unsafe_guard())
+            }
+            // A socket (ENXIO), a device: neither a directory nor a file.
+            Err(_)
+                if sp
+                    .sys
+                    .meta_at(sp.dir, gname)
+                    .is_ok_and(|m| m.kind == Kind::Other) =>
+            {
                 Err(unsafe_guard())
             }
             Err(e) => Err(sp.io("open the reclaim guard", gname, e)),

@@ -70,6 +70,7 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
         match outcome {
             Swept::Removed => report.removed.push(entry),
             Swept::Kept(why) => report.kept.push((entry, why)),
+            Swept::KeptAs(name, why) => report.kept.push((name, why)),
             Swept::Untouched => {}
         }
     }
@@ -80,6 +81,8 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
 enum Swept {
     Removed,
     Kept(String),
+    /// Kept under another name (a candidate set aside as a tombstone), for a reason.
+    KeptAs(String, String),
     Untouched,
 }
 
@@ -124,9 +127,7 @@ fn sweep_candidate<S: System>(
             if remove_tree(sp.sys, sp.dir, &tomb) {
                 Swept::Removed
             } else {
-                Swept::Kept(format!(
-                    "it was set aside as {tomb} but could not be removed"
-                ))
+                Swept::KeptAs(tomb, "it could not be removed".into())
             }
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => Swept::Untouched,

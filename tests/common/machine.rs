@@ -22,19 +22,18 @@ impl Watch {
         })
     }
 
-    /// Whether the thread that started the watch slept through the time since: it was ready
-    /// to run (on a CPU, or waiting for one) for under half of it. A loop that spins is ready
-    /// all the while, however loaded the machine is: alone on a CPU it runs, behind other
-    /// processes it waits for one (even one that pauses a millisecond now and then). A waiter
-    /// is ready only when something wakes it, until it sleeps again: next to none of the time
-    /// where the other processes run at its priority, or a lower one. Behind processes of a
-    /// higher priority a wake-up can wait long for a CPU (ten spinning processes at nice 0 held
-    /// a waiter at nice 10 ready for three quarters of its 400 ms), so a test that is niced
-    /// below the machine's load can fail here. `Err` says how it spent the time.
+    /// Whether the thread that started the watch slept through the time since: it was asleep
+    /// (neither on a CPU nor waiting for one) for over a fifth of it. A loop that spins is
+    /// not, however loaded the machine: alone on a CPU it runs, behind other processes it
+    /// waits for one (the breaks measured were ready to run for 98.5 % to 100 % of their
+    /// wait beside 20 spinning processes, and for 91.5 % at the least niced below 10). A
+    /// waiter is ready only when something wakes it, until it sleeps again, however long each
+    /// wake-up waits for a CPU (niced below ten spinning processes, three quarters of its wait
+    /// at the most measured). `Err` says how it spent the time.
     pub fn slept(&self) -> Result<(), String> {
         let whole = self.started.elapsed();
         let busy = busy().expect("the count that `start` read") - self.busy;
-        if busy < whole / 2 {
+        if busy < whole - whole / 5 {
             return Ok(());
         }
         Err(format!(

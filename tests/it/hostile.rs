@@ -86,6 +86,23 @@ fn a_symlink_at_the_lock_path_is_never_followed() {
     check_canary(&c);
 }
 
+/// A forced unlock leaves a symbolic link at the lock path to whoever made it: flock(1) locks
+/// what a link points at, which dirlock never follows, so it cannot tell whether a process
+/// holds it. (It removed the link, and a second flock(1) of the path then got in.)
+#[test]
+fn a_forced_unlock_leaves_a_symlink_at_the_lock_path() {
+    let fx = Fixture::new();
+    let target = fx.tmp.path().join("real");
+    std::fs::write(&target, "").unwrap();
+    symlink(&target, fx.dir().join("x.lock")).unwrap();
+    let err = fx.locks.named_lock("x.lock").unlock(true).unwrap_err();
+    assert!(
+        matches!(&err, Error::Unsafe { problem, .. } if problem.contains("symbolic link")),
+        "{err}"
+    );
+    assert!(fx.dir().join("x.lock").symlink_metadata().is_ok() && target.exists());
+}
+
 #[test]
 fn a_file_at_the_lock_path_is_refused() {
     let fx = Fixture::new();
@@ -108,9 +125,10 @@ fn a_forced_unlock_leaves_a_file_that_a_process_flocks() {
     let fx = Fixture::new();
     let file = fx.dir().join("x.lock");
     std::fs::write(&file, "in use").unwrap();
+    // Free: no holder at all, shared or not (a shared try would let a shared holder pass).
     let free = || {
         std::process::Command::new("flock")
-            .args(["-n", "-s"])
+            .args(["-n", "-x"])
             .arg(&file)
             .arg("true")
             .status()
@@ -311,22 +329,30 @@ fn a_writable_guard_is_refused_and_status_says_the_lock_cannot_be_taken() {
     assert!(g.exists());
 }
 
-/// A symlink or FIFO where a takeover's guard goes is reported by status as what keeps a dead
-/// holder's lock from being taken over, and is no matter for a free lock; status does not fail
-/// over it. (It failed: "refusing ...".)
+/// A symlink, FIFO or socket where a takeover's guard goes is reported by status as what keeps
+/// a dead holder's lock from being taken over, and is no matter for a free lock; status does
+/// not fail over it. (It failed: "refusing ...", and for a socket "cannot open".)
 #[test]
 fn a_guard_that_is_no_directory_is_reported_not_an_error() {
     let fx = Fixture::new();
     let g = fx.dir().join("x.lock.reclaim");
-    for odd in ["symlink", "fifo"] {
-        match odd {
-            "symlink" => symlink(fx.tmp.path(), &g).unwrap(),
-            _ => assert!(std::process::Command::new("mkfifo")
-                .arg(&g)
-                .status()
-                .unwrap()
-                .success()),
-        }
+    for odd in ["symlink", "fifo", "socket"] {
+        // (A socket is open while it is bound: it cannot be opened, ENXIO.)
+        let _bound = match odd {
+            "symlink" => {
+                symlink(fx.tmp.path(), &g).unwrap();
+                None
+            }
+            "fifo" => {
+                assert!(std::process::Command::new("mkfifo")
+                    .arg(&g)
+                    .status()
+                    .unwrap()
+                    .success());
+                None
+            }
+            _ => Some(std::os::unix::net::UnixListener::bind(&g).unwrap()),
+        };
         let status = fx.locks.named_lock("x.lock").status().unwrap();
         assert!(status.takeable(), "{odd}: a free lock: {status:?}");
         plant(

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 /// Runs the command as uid 65534 (a normal user), when this test runs as root.
-fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
+pub(crate) fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
     (is_root() && have("setpriv")).then(|| {
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
@@ -128,4 +128,54 @@ fn an_unknown_holder_is_to_be_removed_by_hand() {
     let unlock = dirlock(fx.dir(), &["unlock", "--lock", "u.lock"]);
     assert_eq!(unlock.status.code(), Some(75), "{}", text(&unlock.stderr));
     assert!(fx.dir().join("u.lock").join("owner.json").exists());
+}
+
+/// A plain file at the lock path that this user cannot open cannot be checked for a process's
+/// `flock`: a forced unlock refuses it and says to remove it by hand (it once failed with a
+/// bare "Permission denied" after advising `--force`). Run as uid 65534 when root, whom no
+/// mode keeps out.
+#[test]
+fn a_file_a_forced_unlock_cannot_open_is_left_to_remove_by_hand() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = is_root();
+    if root
+        && lacks(
+            "advice::a_file_a_forced_unlock_cannot_open_is_left_to_remove_by_hand",
+            "setpriv",
+            have("setpriv"),
+        )
+    {
+        return;
+    }
+    std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = tmp.path().join("locks");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o700)).unwrap();
+    let file = dir.join("m.lock");
+    std::fs::write(&file, "someone's").unwrap();
+    std::fs::set_permissions(&file, PermissionsExt::from_mode(0o000)).unwrap();
+    let args = [
+        "unlock",
+        "--force",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--lock",
+        "m.lock",
+    ];
+    let out = if root {
+        for p in [&dir, &file] {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+        as_nobody(&args, tmp.path()).unwrap()
+    } else {
+        Command::new(BIN).args(args).output().unwrap()
+    };
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot be opened") && err.contains("by hand") && !err.contains("--force"),
+        "{err}"
+    );
+    assert!(file.exists(), "removed unchecked");
 }

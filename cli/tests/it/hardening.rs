@@ -524,3 +524,39 @@ fn sweep_with_grace_zero_leaves_a_candidate_being_staged() {
         text(&o.stdout)
     );
 }
+
+/// A message goes out in one write, so that the lines of runs that share a log never mix (it
+/// once took three: "dirlock: ", the text, the newline).
+#[test]
+fn a_message_is_written_whole() {
+    if lacks(
+        "hardening::a_message_is_written_whole",
+        "strace",
+        have("strace"),
+    ) {
+        return;
+    }
+    let fx = Fixture::new();
+    plant(fx.dir(), "m.lock", "garbage", Duration::ZERO);
+    let trace = fx.tmp.path().join("trace");
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=write", "-o"])
+        .arg(&trace)
+        .args([BIN, "run", "-n", "--dir"])
+        .arg(fx.dir())
+        .args(["--lock", "m.lock", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let to_stderr: Vec<&str> = trace.lines().filter(|l| l.contains("write(2,")).collect();
+    assert!(
+        to_stderr.len() == 1 && to_stderr[0].contains("write(2, \"dirlock: "),
+        "{trace}"
+    );
+}

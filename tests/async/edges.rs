@@ -410,7 +410,7 @@ fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
             cmd.env(SPARE_ASYNC, "1");
         }
         let mut child = cmd.spawn().unwrap();
-        let lines = lines_of(child.stdout.take().unwrap());
+        let lines = portable::lines_of(child.stdout.take().unwrap());
         let worker = Holder::adopt(child);
         // The holder lets go once the worker waits (or has failed): a release before it
         // sleeps in its wait would leave the way it waits untested.
@@ -459,20 +459,6 @@ fn out_of_descriptors_an_async_wait_degrades_as_a_blocking_one_does() {
         both >= 3,
         "the blocking wait worked with too few limits to compare"
     );
-}
-
-/// The lines `out` says, as they come (the iterator ends when it closes).
-#[cfg(target_os = "linux")]
-fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 /// Whether every thread of process `pid` sleeps (state `S` in `/proc`), or the process has

@@ -74,6 +74,20 @@ pub fn hold() {
     std::process::exit(0);
 }
 
+/// The lines `out` says, as they come, read in a thread of their own, so that a process that
+/// says nothing cannot hang the test (the channel closes when `out` does, or fails).
+pub fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// A holder process, killed (and reaped) when dropped, however the test ends.
 pub struct Holder {
     child: Child,
@@ -89,20 +103,12 @@ impl Holder {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
+        let lines = lines_of(child.stdout.take().unwrap());
         let mut holder = Holder { child };
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
         loop {
-            match rx.recv_timeout(Duration::from_secs(60)) {
-                Ok(Ok(line)) if line.starts_with("held ") => return holder,
-                Ok(Ok(_)) => {}
+            match lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) if line.starts_with("held ") => return holder,
+                Ok(_) => {}
                 other => {
                     let _ = holder.child.kill();
                     let status = holder.child.wait();

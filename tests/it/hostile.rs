@@ -140,16 +140,10 @@ fn a_forced_unlock_leaves_a_file_that_a_process_flocks() {
         flock.arg(if shared { "-s" } else { "-x" }).arg(&file);
         let holder = ChildGuard::spawn(flock.args(["sleep", "60"]));
         // A shared holder lets another shared one in: held once an exclusive try fails.
-        let held = || {
-            !std::process::Command::new("flock")
-                .args(["-n", "-x"])
-                .arg(&file)
-                .arg("true")
-                .status()
-                .unwrap()
-                .success()
-        };
-        assert!(eventually(Duration::from_secs(10), held), "flock took it");
+        assert!(
+            eventually(Duration::from_secs(10), || !free()),
+            "flock took it"
+        );
         let err = fx.locks.named_lock("x.lock").unlock(true).unwrap_err();
         assert!(
             matches!(err, Error::Malformed { .. })

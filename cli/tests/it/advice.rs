@@ -20,6 +20,18 @@ pub(crate) fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
     })
 }
 
+/// Runs the command as a normal user: this one, or, as root (whom no mode keeps out), uid
+/// 65534, to whom `theirs` is given first. A caller as root checks for setpriv(1) first.
+pub(crate) fn as_a_normal_user(args: &[&str], tmpdir: &Path, theirs: &[&Path]) -> Output {
+    if !is_root() {
+        return Command::new(BIN).args(args).output().unwrap();
+    }
+    for p in theirs {
+        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+    }
+    as_nobody(args, tmpdir).expect("setpriv(1)")
+}
+
 /// A directory the user names may be shared (/tmp), or used by others for something else (a
 /// project checkout, /usr as root): the advice never is to change it, and speaks in this
 /// command's options, not the library's API.
@@ -138,8 +150,7 @@ fn an_unknown_holder_is_to_be_removed_by_hand() {
 fn a_file_a_forced_unlock_cannot_open_is_left_to_remove_by_hand() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
-    let root = is_root();
-    if root
+    if is_root()
         && lacks(
             "advice::a_file_a_forced_unlock_cannot_open_is_left_to_remove_by_hand",
             "setpriv",
@@ -163,14 +174,7 @@ fn a_file_a_forced_unlock_cannot_open_is_left_to_remove_by_hand() {
         "--lock",
         "m.lock",
     ];
-    let out = if root {
-        for p in [&dir, &file] {
-            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
-        }
-        as_nobody(&args, tmp.path()).unwrap()
-    } else {
-        Command::new(BIN).args(args).output().unwrap()
-    };
+    let out = as_a_normal_user(&args, tmp.path(), &[&dir, &file]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(

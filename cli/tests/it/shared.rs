@@ -38,16 +38,16 @@ fn status_json(dir: &Path, name: &str) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)))
 }
 
-/// The pids of a status's `readers`, `writers` or `departed`, sorted.
-fn pids(st: &Value, field: &str) -> Vec<u64> {
-    let mut v: Vec<u64> = st[field]
+/// The pids of a status's `readers`, `writers` or `departed`, sorted: `None` while one of
+/// them has made its entry but not yet written its record (its pid is `null` until then).
+fn pids(st: &Value, field: &str) -> Option<Vec<u64>> {
+    let v: Option<Vec<u64>> = st[field]
         .as_array()
         .unwrap_or_else(|| panic!("{field} in {st}"))
         .iter()
-        .map(|p| p["pid"].as_u64().unwrap())
+        .map(|p| p["pid"].as_u64())
         .collect();
-    v.sort();
-    v
+    v.map(sorted)
 }
 
 fn sorted(mut v: Vec<u64>) -> Vec<u64> {
@@ -147,7 +147,7 @@ fn status_lists_the_readers_and_a_waiting_writer() {
         eventually(Duration::from_secs(10), || pids(
             &status_json(fx.dir(), "x"),
             "writers"
-        ) == [wpid]),
+        ) == Some(vec![wpid])),
         "the writer never showed waiting: {}",
         status_json(fx.dir(), "x")
     );
@@ -195,7 +195,7 @@ fn status_lists_the_readers_and_a_waiting_writer() {
     let st = status_json(fx.dir(), "x");
     assert_eq!(st["shared"], true);
     assert_eq!(st["state"], "held");
-    assert_eq!(pids(&st, "readers"), readers, "{st}");
+    assert_eq!(pids(&st, "readers"), Some(readers.clone()), "{st}");
     let mut purposes: Vec<&str> = st["readers"]
         .as_array()
         .unwrap()
@@ -218,7 +218,7 @@ fn status_lists_the_readers_and_a_waiting_writer() {
     // Every lock, too.
     let all = dirlock(fx.dir(), &["status", "--all", "--json"]);
     let all: Value = serde_json::from_slice(&all.stdout).unwrap();
-    assert_eq!(pids(&all["locks"][0], "readers"), readers);
+    assert_eq!(pids(&all["locks"][0], "readers"), Some(readers));
     let all = text(&dirlock(fx.dir(), &["status", "--all"]).stdout);
     assert!(
         all.starts_with("named lock x is read by 2 processes"),
@@ -247,7 +247,7 @@ fn a_killed_shared_run_is_out_at_once() {
     wait_for(&mb);
     let (apid, bpid) = (u64::from(a.id()), u64::from(b.id()));
     let st = status_json(fx.dir(), "x");
-    assert_eq!(pids(&st, "readers"), sorted(vec![apid, bpid]));
+    assert_eq!(pids(&st, "readers"), Some(sorted(vec![apid, bpid])));
     // The one that joined (the other's record is the lock's) is killed first: it has an
     // entry of its own, proven gone by the kernel.
     if st["owner"]["pid"].as_u64() != Some(bpid) {
@@ -261,12 +261,12 @@ fn a_killed_shared_run_is_out_at_once() {
         eventually(Duration::from_secs(2), || pids(
             &status_json(fx.dir(), "x"),
             "readers"
-        ) == [bpid]),
+        ) == Some(vec![bpid])),
         "the killed reader is still listed: {}",
         status_json(fx.dir(), "x")
     );
     let st = status_json(fx.dir(), "x");
-    assert_eq!(pids(&st, "departed"), [apid], "{st}");
+    assert_eq!(pids(&st, "departed"), Some(vec![apid]), "{st}");
     assert_eq!(st["departed"][0]["state"], "dead-by-proof");
     let says = text(&dirlock(fx.dir(), &["status", "--lock", "x"]).stdout);
     assert!(

@@ -917,6 +917,18 @@ MUTANTS = [
     ("turn-file-left-by-a-sweep", "src/protocol/queue.rs",
      "    if !left {\n", "    if false && !left {\n",
      "it", "queue::a_release_or_a_sweep_removes_a_queue_left_to_the_dead"),
+    ("a-wait-behind-a-takeover-is-silent", "src/protocol/contend/ended.rs",
+     "            Reclaim::Busy { remaining } => {",
+     "            Reclaim::Busy { .. } if !self.expired() => Ok(self.pause()),\n            Reclaim::Busy { remaining } => {",
+     "it", "reclaim::a_fresh_foreign_guard_is_respected_and_an_old_one_reused"),
+    ("a-timeout-calls-an-ended-holder-live", "src/protocol/contend.rs",
+     "            blocked: self.blocked.clone().map(Box::new),",
+     "            blocked: Some(Box::new(Blocked::Holder)),",
+     "it", "reclaim::a_dead_reference_owner_waits_out_the_grace_period"),
+    ("a-waiting-run-calls-an-ended-holder-live", "cli/src/say.rs",
+     "    match &w.blocked {",
+     "    match &Blocked::Holder {",
+     "cli", "advice::a_wait_for_an_ended_holder_says_what_it_waits_for"),
 
 ]
 

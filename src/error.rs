@@ -31,7 +31,7 @@ pub enum Error {
     },
     /// The wait for the lock ran out.
     #[error("gave up on {} after waiting {}: {}", subject(lock, resource), took(*waited),
-        match owner { Some(o) => format!("it is held by {}", holder(o)), None => "it kept changing hands".into() })]
+        kept_out(owner.as_deref(), blocked.as_deref()))]
     Timeout {
         /// The lock directory.
         lock: PathBuf,
@@ -41,6 +41,9 @@ pub enum Error {
         waited: Duration,
         /// Who held it last, if known.
         owner: Option<Box<Owner>>,
+        /// What kept it out at the end, if known: the holder, or, once the holder had ended,
+        /// what was left to wait for.
+        blocked: Option<Box<crate::Blocked>>,
     },
     /// The holder is dead by evidence but the lock is still inside the grace period.
     #[error("{}", stale(lock, resource, owner, judgement, *remaining, *clock_ahead))]
@@ -346,6 +349,34 @@ fn holder(owner: &Owner) -> String {
         format!("this process ({owner})")
     } else {
         owner.to_string()
+    }
+}
+
+/// Why a wait ran out, from who held the lock last and what kept the waiter out then.
+fn kept_out(owner: Option<&Owner>, blocked: Option<&crate::Blocked>) -> String {
+    use crate::Blocked;
+    let Some(owner) = owner else {
+        return "it kept changing hands".into();
+    };
+    let was = format!("it was held by {}", holder(owner));
+    match blocked {
+        Some(Blocked::Holder) => format!("it is held by {}", holder(owner)),
+        None => format!("it was held last by {}", holder(owner)),
+        Some(Blocked::Grace { remaining }) => format!(
+            "{was}, which seems to have ended; it can be taken over in {} (retry then, or wait longer)",
+            secs(*remaining)
+        ),
+        Some(Blocked::Takeover {
+            remaining: None, ..
+        }) => format!("{was}, which has ended, and another process is taking it over"),
+        Some(Blocked::Takeover {
+            guard,
+            remaining: Some(r),
+        }) => format!(
+            "{was}, which has ended; the marker {} that another program left for its takeover is respected {} more (it may have crashed: it is reused then)",
+            text::path(guard),
+            secs(*r)
+        ),
     }
 }
 

@@ -112,7 +112,7 @@ pub use held::HELD_VAR;
 pub use inspect::{GuardState, Leftover, Party, Role, State, Status};
 pub use liveness::{Judgement, Liveness};
 pub use locks::Locks;
-pub use options::{Cancel, Wait, Waiting, DEFAULT_GRACE};
+pub use options::{Blocked, Cancel, Wait, Waiting, DEFAULT_GRACE};
 pub use owner::{Owner, RecordError};
 pub use reclaim::Unlocked;
 pub use request::LockRequest;

@@ -87,6 +87,34 @@ pub struct Waiting {
     pub judgement: crate::Judgement,
     /// When the lock was taken (its directory's modification time).
     pub since: std::time::SystemTime,
+    /// What keeps it out: the holder, or, once the holder has ended, what is left to wait for.
+    pub blocked: Blocked,
+}
+
+/// What keeps a waiting acquisition out ([`Waiting::blocked`]), or kept it out when its wait
+/// ran out ([`crate::Error::Timeout`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Blocked {
+    /// The holder, judged live (or impossible to judge from here), or, for a task, the tasks
+    /// of its runtime queued ahead of it.
+    Holder,
+    /// The holder seems to have ended (judged by evidence only, not by the kernel): its lock
+    /// may be taken over once it has sat untouched for the grace period, `remaining` from
+    /// when this was said.
+    Grace {
+        /// What is left of the grace period.
+        remaining: Duration,
+    },
+    /// The holder has ended, and another process is taking its lock over, under `guard`; or
+    /// another program left that marker (it may have crashed), which is respected for
+    /// `remaining` more, then reused.
+    Takeover {
+        /// The marker of the takeover (`NAME.reclaim`).
+        guard: std::path::PathBuf,
+        /// For a marker another program left: time until it may be reused.
+        remaining: Option<Duration>,
+    },
 }
 
 /// A callback told once when an acquisition starts to wait.

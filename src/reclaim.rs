@@ -409,6 +409,7 @@ pub(crate) fn unlock<S: System>(
         resource: resource.to_owned(),
         waited: Duration::ZERO,
         owner: None,
+        blocked: None,
     })
 }
 

@@ -243,7 +243,7 @@ fn acquire(mut req: LockRequest, opts: &RunOptions) -> Result<LockGuard, Failure
             let mut line = format!(
                 "waiting for {}: {}",
                 escape(&w.resource),
-                crate::say::holder_words(&w.owner, w.judgement.owner_exited, w.since)
+                crate::say::waiting_words(w)
             );
             // A reader waits at a lock other readers hold only behind a writer that waits.
             if shared && w.owner.is_shared() {

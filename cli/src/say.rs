@@ -1,9 +1,9 @@
 //! What the command says: its errors in one paragraph, in its own terms, and its output.
 
 use crate::args::{EX_TEMPFAIL, EX_USAGE};
-use crate::when::when;
+use crate::when::{span, when};
 use dirlock::text::{escape, path as shown};
-use dirlock::{Error, Liveness};
+use dirlock::{Blocked, Error, Liveness};
 use std::io::Write as _;
 
 /// A failure: what to print (nothing for a closed output pipe) and the exit status.
@@ -128,6 +128,31 @@ pub(crate) fn holder_words(
         .map(|t| format!(" since {}", when(t)))
         .unwrap_or_default();
     format!("read by {owner}{reading}, and perhaps by others")
+}
+
+/// What a waiting run waits for, in words after "waiting for LOCK: ": its holder, or, once
+/// the holder has ended, what is left to wait for.
+pub(crate) fn waiting_words(w: &dirlock::Waiting) -> String {
+    let held = holder_words(&w.owner, w.judgement.owner_exited, w.since);
+    match &w.blocked {
+        Blocked::Grace { remaining } => format!(
+            "{held}, which seems to have ended ({}); it can be taken over in {}",
+            escape(&w.judgement.reason),
+            span(*remaining)
+        ),
+        Blocked::Takeover {
+            remaining: None, ..
+        } => format!("{held}, which has ended; another process is taking it over"),
+        Blocked::Takeover {
+            guard,
+            remaining: Some(r),
+        } => format!(
+            "{held}, which has ended; the marker {} that another program left for its takeover is respected {} more (it may have crashed: it is reused then)",
+            shown(guard),
+            span(*r)
+        ),
+        _ => held,
+    }
 }
 
 /// Who holds a lock, in words: its recorded owner, or, where that has exited and a process it

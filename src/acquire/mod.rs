@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::held::{check_order, held_by_parent, Family, Who};
 use crate::lockdir::LockDir;
 use crate::options::MAX_RESTAGES;
-use crate::options::{Options, Wait, Waiting};
+use crate::options::{Blocked, Options, Wait, Waiting};
 use crate::protocol::{Contender, Held, Next, Request};
 use crate::space::{not_found, Seen, Space};
 use crate::sys::{is, CancelHandle, Errno, FileId, Identity, Real, RealDir, System, Wake};
@@ -418,6 +418,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
             judgement: sp.judge(&dir, &owner, &self.me),
             owner,
             since: meta.mtime,
+            blocked: Blocked::Holder,
         })
     }
 
@@ -491,6 +492,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
                 resource: t.resource.clone(),
                 waited: sp.sys.monotonic().saturating_sub(self.started),
                 owner: self.holder(sp).map(|w| Box::new(w.owner)),
+                blocked: Some(Box::new(Blocked::Holder)),
             }),
             Bounded::Cancelled => Err(Error::Cancelled {
                 lock: t.path.clone(),

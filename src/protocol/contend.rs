@@ -3,6 +3,7 @@
 //! [`Contender`], which keeps the candidate, the deadline and what the acquisition has seen;
 //! the driver ([`crate::acquire`]) runs its rounds and does the sleeping.
 
+mod ended;
 pub(crate) mod queued;
 mod readers;
 
@@ -12,12 +13,10 @@ use super::stage::{refresh, stage, Request, Staged, REFRESH_AFTER};
 use super::Held;
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
-use crate::options::{grace_left, Ages, Backoff, Wait};
+use crate::options::{Ages, Backoff, Blocked, Wait};
 use crate::owner::Owner;
-use crate::paths::guard_name;
-use crate::reclaim::{reclaim, Expect, Reclaim};
 use crate::space::{beacon_free, Seen, Space};
-use crate::sys::{gone, FileId, Identity, Meta, System};
+use crate::sys::{FileId, Identity, Meta, System};
 use std::time::Duration;
 
 /// How often a fail-fast acquisition republishes after the holder vanished under it before it
@@ -127,6 +126,8 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     /// Rounds in a row that did not wait.
     idle: u32,
     last_owner: Option<Owner>,
+    /// What kept us out last (for a timeout's words).
+    blocked: Option<Blocked>,
     told: bool,
     backoff: Backoff,
     ages: Ages,
@@ -203,6 +204,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             rounds: 0,
             idle: 0,
             last_owner: None,
+            blocked: None,
             told: false,
             backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(100)),
             ages: Ages::default(),
@@ -353,6 +355,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             resource: self.req.resource.to_owned(),
             waited: self.sp.sys.monotonic().saturating_sub(self.req.started),
             owner: self.last_owner.clone().map(Box::new),
+            blocked: self.blocked.clone().map(Box::new),
         }
     }
 
@@ -366,9 +369,18 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         }
     }
 
-    /// Tells the caller's `on_wait` (once) who it waits for.
-    fn tell(&mut self, owner: &Owner, judgement: &Judgement, since: std::time::SystemTime) {
-        if let (false, Some(f)) = (self.told, &self.req.options.on_wait) {
+    /// `blocked` keeps us out (a holder `owner`, judged `judgement`, its lock taken `since`):
+    /// past the deadline, the `contended` error when failing fast (else a timeout, which
+    /// names `blocked`); before it, the caller's `on_wait` is told (once).
+    fn kept_out(
+        &mut self,
+        owner: &Owner,
+        judgement: &Judgement,
+        since: std::time::SystemTime,
+        blocked: Blocked,
+        contended: impl FnOnce(&Self) -> Error,
+    ) -> Result<(), Error> {
+        if let (false, false, Some(f)) = (self.expired(), self.told, &self.req.options.on_wait) {
             self.told = true;
             f(&crate::options::Waiting {
                 resource: self.req.resource.to_owned(),
@@ -376,7 +388,13 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
                 owner: owner.clone(),
                 judgement: judgement.clone(),
                 since,
+                blocked: blocked.clone(),
             });
+        }
+        self.blocked = Some(blocked);
+        match self.expired() {
+            true => Err(self.give_up(|| contended(self))),
+            false => Ok(()),
         }
     }
 
@@ -425,25 +443,23 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         })
     }
 
-    /// A holder `owner` (judged `judgement`, its lock taken `since`) keeps us out: past the
-    /// deadline, the contended error (or a timeout); else the caller's `on_wait` is told.
+    /// A holder `owner` (judged `judgement`, its lock taken `since`) keeps us out: see
+    /// [`Self::kept_out`].
     fn held_by(
         &mut self,
         owner: &Owner,
         judgement: &Judgement,
         since: std::time::SystemTime,
     ) -> Result<(), Error> {
-        if self.expired() {
-            return Err(self.give_up(|| Error::Locked {
-                lock: self.sp.entry(self.req.name),
-                resource: self.req.resource.to_owned(),
+        self.kept_out(owner, judgement, since, Blocked::Holder, |k| {
+            Error::Locked {
+                lock: k.sp.entry(k.req.name),
+                resource: k.req.resource.to_owned(),
                 owner: Box::new(owner.clone()),
                 judgement: judgement.clone(),
                 since,
-            }));
-        }
-        self.tell(owner, judgement, since);
-        Ok(())
+            }
+        })
     }
 
     /// A live (or unknown) holder: give up at the deadline, else wait for it to change.
@@ -476,67 +492,6 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             }));
         }
         Ok(self.wait(dir, meta.id, Evidence::Beacon(None), None, true))
-    }
-
-    /// A dead holder: wait out the grace period (evidence only), then reclaim under the guard.
-    fn reclaim_dead(
-        &mut self,
-        dir: S::Dir,
-        meta: Meta,
-        owner: Owner,
-        judgement: Judgement,
-    ) -> Result<Next<S>, Error> {
-        // The directory judged may have left `NAME` since it was opened: handed over or
-        // released (its holder's `flock` let go just after), it proves nothing about `NAME`.
-        match self.sp.sys.meta_at(self.sp.dir, self.req.name) {
-            Ok(now) if now.id == meta.id => {}
-            Ok(_) => return self.idle_round(),
-            Err(e) if gone(&e) => return self.idle_round(), // (ESTALE too: removed meanwhile)
-            Err(e) => return Err(self.sp.io("check the lock", self.req.name, e)),
-        }
-        let grace = self.req.options.grace;
-        let (age, clock_ahead) = self.ages.age(self.sp.sys, meta.id, meta.mtime);
-        let remaining = grace_left(judgement.liveness, age, grace).unwrap_or_default();
-        if !remaining.is_zero() {
-            if self.expired() {
-                return Err(self.give_up(|| Error::Stale {
-                    lock: self.sp.entry(self.req.name),
-                    resource: self.req.resource.to_owned(),
-                    owner: Box::new(owner.clone()),
-                    judgement: judgement.clone(),
-                    remaining,
-                    clock_ahead,
-                }));
-            }
-            self.tell(&owner, &judgement, meta.mtime);
-            return Ok(self.wait(dir, meta.id, Evidence::Nothing, Some(remaining), false));
-        }
-        drop(dir);
-        let name = self.req.name;
-        match reclaim(
-            self.sp,
-            name,
-            Expect::Token(&owner.token),
-            grace,
-            &mut self.ages,
-        )? {
-            Reclaim::Done => {
-                self.reclaimed_from = Some(owner);
-                Ok(Next::Again)
-            }
-            Reclaim::Changed => self.idle_round(),
-            Reclaim::Busy { remaining } => {
-                if self.expired() {
-                    return Err(self.give_up(|| Error::Guarded {
-                        guard: self.sp.entry(&guard_name(name)),
-                        lock: self.sp.entry(name),
-                        resource: self.req.resource.to_owned(),
-                        remaining,
-                    }));
-                }
-                Ok(self.pause())
-            }
-        }
     }
 
     /// One round of the contest: publish, and on losing, judge the holder and decide to wait

@@ -3,8 +3,9 @@
 
 use crate::common::*;
 use dirlock::paths::repository_lock_name;
-use dirlock::{Error, Liveness};
+use dirlock::{Blocked, Error, Liveness, Wait};
 use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const TOKEN: &str = "5f0c6a3e-9d7b-4c1e-8f2a-0b1c2d3e4f50";
@@ -30,6 +31,22 @@ impl Drop for Sleeper {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A wait of `wait` for the repository lock: what its `on_wait` was told is blocking it, and
+/// how it ended.
+fn wait_briefly(fx: &Fixture, wait: Duration) -> (Option<Blocked>, Error) {
+    let told = Arc::new(Mutex::new(None));
+    let tell = told.clone();
+    let err = fx
+        .locks
+        .repository_lock(fx.repo())
+        .wait(Wait::Timeout(wait))
+        .on_wait(move |w| *tell.lock().unwrap() = Some(w.blocked.clone()))
+        .acquire()
+        .unwrap_err();
+    let told = told.lock().unwrap().take();
+    (told, err)
 }
 
 fn start_time(pid: u32) -> u64 {
@@ -63,6 +80,26 @@ fn a_dead_reference_owner_waits_out_the_grace_period() {
         other => panic!("expected Stale, got {other:?}"),
     }
     assert!(err.to_string().contains("can be taken over in"), "{err}");
+    // A wait is told, and its timeout says, that the holder has ended and when the lock can
+    // be taken over (not that it is held).
+    let (told, err) = wait_briefly(&fx, Duration::from_millis(300));
+    assert!(
+        matches!(told, Some(Blocked::Grace { remaining }) if remaining > Duration::from_secs(50)),
+        "{told:?}"
+    );
+    match &err {
+        Error::Timeout {
+            blocked: Some(b), ..
+        } if matches!(**b, Blocked::Grace { remaining } if remaining > Duration::from_secs(50)) => {
+        }
+        other => panic!("expected a timeout in the grace period, got {other:?}"),
+    }
+    let says = err.to_string();
+    assert!(
+        says.contains("which seems to have ended; it can be taken over in")
+            && !says.contains("is held by"),
+        "{says}"
+    );
     assert!(
         lock.join("owner.json").exists(),
         "not removed inside the grace period"
@@ -314,6 +351,20 @@ fn a_fresh_foreign_guard_is_respected_and_an_old_one_reused() {
         }
         other => panic!("expected Guarded, got {other:?}"),
     }
+    // A wait is told, and its timeout says, that the holder has ended and whose marker holds
+    // up the takeover (not that the lock is held).
+    let (told, err) = wait_briefly(&fx, Duration::from_millis(300));
+    let takeover = |b: Option<&Blocked>| matches!(b, Some(Blocked::Takeover { guard: g, remaining: Some(_) }) if *g == guard);
+    assert!(takeover(told.as_ref()), "{told:?}");
+    match &err {
+        Error::Timeout { blocked, .. } => assert!(takeover(blocked.as_deref()), "{err:?}"),
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let says = err.to_string();
+    assert!(
+        says.contains("which has ended; the marker") && !says.contains("is held by"),
+        "{says}"
+    );
     assert!(guard.is_dir(), "nobody removes another process's guard");
     set_age(&guard, OLD);
     assert!(takeable(), "status says the lock cannot be taken");

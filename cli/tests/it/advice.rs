@@ -183,3 +183,67 @@ fn a_file_a_forced_unlock_cannot_open_is_left_to_remove_by_hand() {
     );
     assert!(file.exists(), "removed unchecked");
 }
+
+/// A run that waits for a lock whose holder has ended says so, and what it waits for: the
+/// grace period, or another program's interrupted takeover; and so does its timeout (each
+/// once said "held by" the dead pid, and the second waited without a word).
+#[test]
+fn a_wait_for_an_ended_holder_says_what_it_waits_for() {
+    let fx = Fixture::new();
+    let pid = dead_pid();
+    // The reference implementation's record: dead by evidence only.
+    let lock = plant(
+        fx.dir(),
+        "x.lock",
+        &format!(r#"{{"pid":{pid},"token":"t"}}"#),
+        Duration::from_secs(5),
+    );
+    let wait = || {
+        let out = dirlock(fx.dir(), &["run", "-w", "0.3", "--lock", "x", "--", "true"]);
+        assert_eq!(out.status.code(), Some(75));
+        let err = text(&out.stderr);
+        let lines: Vec<String> = err.lines().map(str::to_owned).collect();
+        assert_eq!(lines.len(), 2, "{err}");
+        (lines[0].clone(), lines[1].clone())
+    };
+    let (waiting, gave_up) = wait();
+    assert!(
+        waiting.starts_with(&format!(
+            "dirlock: waiting for named lock x: held by pid {pid} since "
+        )) && waiting.contains(&format!(
+            ", which seems to have ended (no process has pid {pid}); it can be taken over in 5"
+        )),
+        "{waiting}"
+    );
+    assert!(
+        gave_up.starts_with("dirlock: gave up on named lock x ")
+            && gave_up.contains(&format!(
+                ": it was held by pid {pid}, which seems to have ended; it can be taken over in 5"
+            ))
+            && gave_up.ends_with(" s (retry then, or wait longer)"),
+        "{gave_up}"
+    );
+    // Past the grace period, behind a takeover another program began and left.
+    set_age(&lock, Duration::from_secs(61));
+    let guard = private_dir(&fx.dir().join("x.lock.reclaim"));
+    let (waiting, gave_up) = wait();
+    let tail = format!(
+        ", which has ended; the marker {} that another program left for its takeover is respected ",
+        guard.display()
+    );
+    assert!(
+        waiting.starts_with(&format!(
+            "dirlock: waiting for named lock x: held by pid {pid} since "
+        )) && waiting.contains(&tail),
+        "{waiting}"
+    );
+    assert!(
+        gave_up.starts_with("dirlock: gave up on named lock x ")
+            && gave_up.contains(&format!(": it was held by pid {pid}{tail}")),
+        "{gave_up}"
+    );
+    assert!(
+        lock.is_dir() && guard.is_dir(),
+        "the lock and the marker stay"
+    );
+}

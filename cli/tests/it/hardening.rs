@@ -460,6 +460,26 @@ fn status_json_represents_non_utf8_paths() {
     assert!(o.status.success(), "{}", text(&o.stderr));
 }
 
+/// A lock path that is not UTF-8 is refused as a usage error naming it, in either form.
+#[test]
+fn a_lock_path_that_is_not_utf8_is_named_in_the_refusal() {
+    let fx = Fixture::new();
+    let lock = fx.tmp.path().join(OsStr::from_bytes(b"odd-\xff")).join("x");
+    for flag in [Some("--lock"), None] {
+        let o = out(Command::new(BIN)
+            .arg("run")
+            .args(flag)
+            .arg(&lock)
+            .arg("true"));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(64), "{flag:?}: {err}");
+        assert!(
+            err.contains("odd-\u{fffd}/x is not UTF-8: give a UTF-8 path"),
+            "{flag:?}: {err}"
+        );
+    }
+}
+
 // ---- 13. Text from disk is escaped --------------------------------------------------------
 
 #[test]

@@ -929,6 +929,14 @@ MUTANTS = [
      "    match &w.blocked {",
      "    match &Blocked::Holder {",
      "cli", "advice::a_wait_for_an_ended_holder_says_what_it_waits_for"),
+    ("unlock-force-empties-a-directory-that-is-no-lock", "src/reclaim.rs",
+     "entries.iter().find(|e| !a_lock_may_hold(e))",
+     "entries.iter().find(|e| false && !a_lock_may_hold(e))",
+     "it", "hostile::a_forced_unlock_leaves_a_directory_that_is_no_lock"),
+    ("unlock-force-refuses-a-record-being-written", "src/paths.rs",
+     "            .is_some_and(safe_token)\n}",
+     "            .is_some_and(|_| false)\n}",
+     "it", "hostile::a_forced_unlock_leaves_a_directory_that_is_no_lock"),
 
 ]
 

@@ -190,6 +190,16 @@ pub(crate) fn classify_inside(entry: &str) -> Inside {
     }
 }
 
+/// Whether a lock directory may hold `entry`: its record (or one being written), or a shared
+/// lock's reader or writer. Anything else says it may be no lock at all.
+pub(crate) fn a_lock_may_hold(entry: &str) -> bool {
+    classify_inside(entry) != Inside::Other
+        || entry
+            .strip_prefix(OWNER_FILE)
+            .and_then(|t| t.strip_prefix('.'))
+            .is_some_and(safe_token)
+}
+
 /// `owner.json.<token>`: a shared lock's record being rewritten, then renamed over the old.
 pub(crate) fn record_draft(token: &str) -> String {
     format!("{OWNER_FILE}.{token}")

@@ -22,9 +22,12 @@
 use crate::error::Error;
 use crate::options::{Ages, MAX_RESTAGES};
 use crate::owner::Owner;
-use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
+use crate::paths::{
+    a_lock_may_hold, candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER,
+};
 use crate::space::{lock_past_peekers, make_candidate, not_found, remove_tree, Seen, Space};
 use crate::sys::{gone, is, Errno, FileId, Identity, Kind, System};
+use crate::text;
 use std::io;
 use std::time::Duration;
 
@@ -466,6 +469,7 @@ fn forced<S: System>(
         }
         Err(e) => return Err(sp.io("open the lock", name, e)),
     };
+    no_stranger(sp, name, &held, meta.kind)?;
     match sp.sys.try_lock(&held, exclusive) {
         Ok(true) => Ok(Some(meta.id)),
         // Where the filesystem has no such locks, no process holds one.
@@ -473,6 +477,36 @@ fn forced<S: System>(
         _ => Err(malformed(format!(
             "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
         ))),
+    }
+}
+
+/// A careless `--force` at a directory of one's own (`photos.lock`) must not empty it: refused
+/// when what is at `NAME` (open as `held`, of kind `kind`) is a directory holding anything a
+/// lock never holds. (Gone meanwhile: the removal under the guard finds it so.)
+fn no_stranger<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    held: &S::Dir,
+    kind: Kind,
+) -> Result<(), Error> {
+    if kind != Kind::Dir {
+        return Ok(());
+    }
+    let entries = match sp.sys.list(held) {
+        Ok(entries) => entries,
+        Err(e) if gone(&e) => return Ok(()),
+        Err(e) => return Err(sp.io("list the lock", name, e)),
+    };
+    match entries.iter().find(|e| !a_lock_may_hold(e)) {
+        Some(stranger) => Err(Error::Unsafe {
+            path: sp.entry(name),
+            problem: format!(
+                "it holds {}, which a lock never holds, so it may be a directory of yours rather than a lock",
+                text::escape(stranger)
+            ),
+            fix: "look at what it holds, and if it is a lock, remove it by hand".into(),
+        }),
+        None => Ok(()),
     }
 }
 

@@ -271,8 +271,10 @@ impl LockRequest {
     ///
     /// [`Error::Locked`] for a live or unknown owner (it is never removed);
     /// [`Error::Malformed`] without `force`, or while a process holds a `flock` on it (its
-    /// beacon, or a plain file's such as flock(1)'s lock files); [`Error::Guarded`]
-    /// when another process is reclaiming; [`Error::Io`].
+    /// beacon, or a plain file's such as flock(1)'s lock files); [`Error::Unsafe`], with
+    /// `force`, for what it leaves to be removed by hand: a symbolic link, a file it cannot
+    /// open, a directory holding anything a lock never holds; [`Error::Guarded`] when another
+    /// process is reclaiming; [`Error::Io`].
     pub fn unlock(&self, force: bool) -> Result<Unlocked, Error> {
         let Resolved { name, resource, .. } = self.resolve()?;
         let me = Real.identity();

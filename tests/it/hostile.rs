@@ -103,6 +103,28 @@ fn a_forced_unlock_leaves_a_symlink_at_the_lock_path() {
     assert!(fx.dir().join("x.lock").symlink_metadata().is_ok() && target.exists());
 }
 
+/// A directory of one's own at the lock path (`--force` at `photos.lock` by mistake) is left
+/// whole: it holds what no lock holds. (It was removed with all it held.) A damaged lock that
+/// holds only what a lock may (a record being written, a reader's entry) is removed.
+#[test]
+fn a_forced_unlock_leaves_a_directory_that_is_no_lock() {
+    let fx = Fixture::new();
+    let mine = private_dir(&fx.dir().join("photos.lock"));
+    std::fs::create_dir(mine.join("2024")).unwrap();
+    std::fs::write(mine.join("2024").join("a.jpg"), "precious").unwrap();
+    let err = fx.locks.named_lock("photos").unlock(true).unwrap_err();
+    assert!(
+        matches!(&err, Error::Unsafe { problem, .. } if problem.contains("holds 2024, which a lock never holds")),
+        "{err}"
+    );
+    assert!(mine.join("2024").join("a.jpg").exists());
+    let damaged = private_dir(&fx.dir().join("d.lock"));
+    std::fs::write(damaged.join("owner.json.5f0c6a3e"), "").unwrap();
+    private_dir(&damaged.join("reader.5f0c6a3e"));
+    fx.locks.named_lock("d").unlock(true).unwrap();
+    assert!(!damaged.exists());
+}
+
 #[test]
 fn a_file_at_the_lock_path_is_refused() {
     let fx = Fixture::new();

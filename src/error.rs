@@ -65,7 +65,7 @@ pub enum Error {
     },
     /// Another process is reclaiming the lock (or a foreign guard is still fresh).
     #[error("another process is taking over {} from a holder that ended{}", subject(lock, resource),
-        match remaining { Some(r) => format!("; the marker {} that another program left for it is respected {} more (it may have crashed: it is reused then)", text::path(guard), secs(*r)), None => "; retry in a moment".into() })]
+        match remaining { Some(r) => format!("; the marker {} that another program left for it is respected {} more (it may have crashed: it is reused then)", text::path(guard), text::time_left(*r)), None => "; retry in a moment".into() })]
     Guarded {
         /// The guard directory.
         guard: PathBuf,
@@ -362,20 +362,30 @@ fn kept_out(owner: Option<&Owner>, blocked: Option<&crate::Blocked>) -> String {
     match blocked {
         Some(Blocked::Holder) => format!("it is held by {}", holder(owner)),
         None => format!("it was held last by {}", holder(owner)),
-        Some(Blocked::Grace { remaining }) => format!(
+        Some(Blocked::Grace {
+            remaining,
+            clock_ahead: false,
+        }) => format!(
             "{was}, which seems to have ended; it can be taken over in {} (retry then, or wait longer)",
-            secs(*remaining)
+            text::time_left(*remaining)
+        ),
+        Some(Blocked::Grace {
+            remaining,
+            clock_ahead: true,
+        }) => format!(
+            "{was}, which seems to have ended; its modification time is in the future (a clock was set back), so its grace period counts from when a wait first sees it unchanged: wait for it, and it is taken over {} into the wait",
+            text::time_left(*remaining)
         ),
         Some(Blocked::Takeover {
             remaining: None, ..
-        }) => format!("{was}, which has ended, and another process is taking it over"),
+        }) => format!("{was}, which has ended, and it is being taken over"),
         Some(Blocked::Takeover {
             guard,
             remaining: Some(r),
         }) => format!(
             "{was}, which has ended; the marker {} that another program left for its takeover is respected {} more (it may have crashed: it is reused then)",
             text::path(guard),
-            secs(*r)
+            text::time_left(*r)
         ),
     }
 }
@@ -402,12 +412,12 @@ fn stale(
     if clock_ahead {
         format!(
             "{head}; its modification time is in the future (a clock was set back), so its grace period counts from when a waiting acquisition first sees it unchanged: wait for it, and it is taken over {} into the wait",
-            secs(remaining)
+            text::time_left(remaining)
         )
     } else {
         format!(
             "{head}; it can be taken over in {} (retry then, or wait for it)",
-            secs(remaining)
+            text::time_left(remaining)
         )
     }
 }
@@ -416,15 +426,6 @@ fn stale(
 fn took(d: Duration) -> String {
     if d.as_secs() >= 1 {
         format!("{:.0} s", d.as_secs_f64())
-    } else {
-        format!("{} ms", d.as_millis())
-    }
-}
-
-/// A time left, rounded up (never promise less than there is).
-pub(crate) fn secs(d: Duration) -> String {
-    if d.as_secs() >= 1 {
-        format!("{:.0} s", d.as_secs_f64().ceil())
     } else {
         format!("{} ms", d.as_millis())
     }

@@ -9,7 +9,7 @@ use crate::paths::{
     READER,
 };
 use crate::protocol::shared;
-use crate::reclaim::{open_guard, Guard};
+use crate::reclaim::{open_guard, stranger, Guard};
 use crate::space::{beacon_free, creator, Creator, Seen, Space};
 use crate::sys::{gone, Identity, Meta, System};
 use std::collections::BTreeMap;
@@ -65,6 +65,10 @@ pub struct Status {
     /// `flock` is free, which the kernel proves): they no longer count, and what they left
     /// inside the lock is removed with it.
     pub departed: Vec<Party>,
+    /// For a damaged lock directory, an entry in it that a lock never holds: it may be no lock
+    /// at all (a directory of one's own at a mistyped path), and a forced
+    /// [`unlock`](crate::LockRequest::unlock) refuses it.
+    pub stranger: Option<String>,
     /// The grace period it was judged with.
     grace: Duration,
 }
@@ -112,6 +116,7 @@ impl Status {
             writers: Vec::new(),
             queue: Vec::new(),
             departed: Vec::new(),
+            stranger: None,
         }
     }
 }
@@ -302,6 +307,12 @@ pub(crate) fn status<S: System>(
         Seen::Malformed(problem) => {
             st.reason = Some(problem.clone());
             st.state = State::Malformed { problem };
+            // (An observer: what cannot be listed is no reason to fail.)
+            st.stranger = sp
+                .sys
+                .open_dir_at(sp.dir, name)
+                .ok()
+                .and_then(|d| stranger(sp.sys, &d).ok().flatten());
         }
         Seen::InUse { problem, .. } => {
             let problem = format!("{problem}, and a process holds a lock on it");

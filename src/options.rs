@@ -88,6 +88,8 @@ pub struct Waiting {
     /// When the lock was taken (its directory's modification time).
     pub since: std::time::SystemTime,
     /// What keeps it out: the holder, or, once the holder has ended, what is left to wait for.
+    /// When that changes (the holder ends, or the lock is taken over by another), the
+    /// callback is told again.
     pub blocked: Blocked,
 }
 
@@ -105,10 +107,14 @@ pub enum Blocked {
     Grace {
         /// What is left of the grace period.
         remaining: Duration,
+        /// The lock's modification time is in the future (a clock was set back): the grace
+        /// period counts from when this wait first saw the lock unchanged, so a new wait
+        /// starts it again (see [`crate::Error::Stale`]).
+        clock_ahead: bool,
     },
-    /// The holder has ended, and another process is taking its lock over, under `guard`; or
-    /// another program left that marker (it may have crashed), which is respected for
-    /// `remaining` more, then reused.
+    /// The holder has ended, and its lock is being taken over (by another process, or a task
+    /// of this one queued ahead), under `guard`; or another program left that marker (it may
+    /// have crashed), which is respected for `remaining` more, then reused.
     Takeover {
         /// The marker of the takeover (`NAME.reclaim`).
         guard: std::path::PathBuf,

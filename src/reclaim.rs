@@ -492,22 +492,25 @@ fn no_stranger<S: System>(
     if kind != Kind::Dir {
         return Ok(());
     }
-    let entries = match sp.sys.list(held) {
-        Ok(entries) => entries,
-        Err(e) if gone(&e) => return Ok(()),
-        Err(e) => return Err(sp.io("list the lock", name, e)),
-    };
-    match entries.iter().find(|e| !a_lock_may_hold(e)) {
-        Some(stranger) => Err(Error::Unsafe {
+    match stranger(sp.sys, held) {
+        Ok(Some(stranger)) => Err(Error::Unsafe {
             path: sp.entry(name),
             problem: format!(
                 "it holds {}, which a lock never holds, so it may be a directory of yours rather than a lock",
-                text::escape(stranger)
+                text::escape(&stranger)
             ),
             fix: "look at what it holds, and if it is a lock, remove it by hand".into(),
         }),
-        None => Ok(()),
+        Ok(None) => Ok(()),
+        Err(e) if gone(&e) => Ok(()),
+        Err(e) => Err(sp.io("list the lock", name, e)),
     }
+}
+
+/// The first entry of the directory `dir` (a damaged lock's) that a lock never holds: a sign
+/// that it is no lock at all, but a directory of one's own at a mistyped path.
+pub(crate) fn stranger<S: System>(sys: &S, dir: &S::Dir) -> io::Result<Option<String>> {
+    Ok(sys.list(dir)?.into_iter().find(|e| !a_lock_may_hold(e)))
 }
 
 /// What is at `NAME.reclaim`.

@@ -131,8 +131,10 @@ impl LockRequest {
         self
     }
 
-    /// Calls `f` once if the acquisition has to wait, with who holds the lock (for a message
-    /// such as "waiting for pid 42 (sync) since ...").
+    /// Calls `f` if the acquisition has to wait, with who holds the lock (for a message such
+    /// as "waiting for pid 42 (sync) since ..."): once, and again only when what keeps it out
+    /// changes kind ([`Waiting::blocked`]: a holder ends, its lock is taken over), never for
+    /// each new holder of a lock that changes hands while it waits.
     pub fn on_wait(mut self, f: impl Fn(&Waiting) + Send + Sync + 'static) -> Self {
         self.options.on_wait = Some(Arc::new(f));
         self

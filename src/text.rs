@@ -2,7 +2,7 @@
 //! or writer, a directory entry's name, a path built from `TMPDIR`. Control characters (C0,
 //! DEL, C1: escape sequences, newlines, carriage returns) and the invisible Unicode controls
 //! that reorder text are shown as `\u{..}` escapes, so nothing read from a lock can move the
-//! cursor, rewrite the screen or forge a line of output.
+//! cursor, rewrite the screen or forge a line of output. And a time left, as messages say it.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -68,6 +68,15 @@ pub fn shell_word(p: &Path) -> String {
         return s.into_owned();
     }
     escape(&format!("'{}'", s.replace('\'', "'\\''"))).into_owned()
+}
+
+/// A time left, rounded up (never promise less than there is): `59 s`, `7200 s`, `250 ms`.
+pub fn time_left(d: std::time::Duration) -> String {
+    if d.as_secs() >= 1 {
+        format!("{:.0} s", d.as_secs_f64().ceil())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
 }
 
 #[cfg(test)]

@@ -340,15 +340,11 @@ pub(crate) struct Acquire {
 /// A duration as people write it: seconds (`90`, `2.5`), or numbers each with a unit (`ms`,
 /// `s`, `m`, `h`, `d`): `500ms`, `5m`, `1h30m`.
 /// `--lock`'s value, which must be UTF-8 (a lock's name is written in its record): said
-/// with the path, not clap's word for any argument.
+/// after the value (clap names it), not in clap's words for any argument.
 fn utf8_lock() -> impl clap::builder::TypedValueParser<Value = String> {
     clap::builder::OsStringValueParser::new().try_map(|v| {
-        v.into_string().map_err(|v| {
-            format!(
-                "{} is not UTF-8: give a UTF-8 path",
-                dirlock::text::path(std::path::Path::new(&v))
-            )
-        })
+        v.into_string()
+            .map_err(|_| "it is not UTF-8: give a UTF-8 path")
     })
 }
 

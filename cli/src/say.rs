@@ -1,8 +1,8 @@
 //! What the command says: its errors in one paragraph, in its own terms, and its output.
 
 use crate::args::{EX_TEMPFAIL, EX_USAGE};
-use crate::when::{span, when};
-use dirlock::text::{escape, path as shown};
+use crate::when::when;
+use dirlock::text::{escape, path as shown, time_left};
 use dirlock::{Blocked, Error, Liveness};
 use std::io::Write as _;
 
@@ -133,25 +133,35 @@ pub(crate) fn holder_words(
 /// What a waiting run waits for, in words after "waiting for LOCK: ": its holder, or, once
 /// the holder has ended, what is left to wait for.
 pub(crate) fn waiting_words(w: &dirlock::Waiting) -> String {
-    let held = holder_words(&w.owner, w.judgement.owner_exited, w.since);
+    // An ended holder, by its record (for a shared lock, the reader it names).
+    let ended = || format!("held by {} since {}", w.owner, when(w.since));
     match &w.blocked {
-        Blocked::Grace { remaining } => format!(
-            "{held}, which seems to have ended ({}); it can be taken over in {}",
+        Blocked::Grace {
+            remaining,
+            clock_ahead,
+        } => format!(
+            "{}, which seems to have ended ({}); {} {}",
+            ended(),
             escape(&w.judgement.reason),
-            span(*remaining)
+            match clock_ahead {
+                false => "it can be taken over in",
+                true => "its time is in the future (a clock was set back), so it can be taken over only this far into the wait:",
+            },
+            time_left(*remaining)
         ),
         Blocked::Takeover {
             remaining: None, ..
-        } => format!("{held}, which has ended; another process is taking it over"),
+        } => format!("{}, which has ended, and it is being taken over", ended()),
         Blocked::Takeover {
             guard,
             remaining: Some(r),
         } => format!(
-            "{held}, which has ended; the marker {} that another program left for its takeover is respected {} more (it may have crashed: it is reused then)",
+            "{}, which has ended; the marker {} that another program left for its takeover is respected {} more (it may have crashed: it is reused then)",
+            ended(),
             shown(guard),
-            span(*r)
+            time_left(*r)
         ),
-        _ => held,
+        _ => holder_words(&w.owner, w.judgement.owner_exited, w.since),
     }
 }
 

@@ -128,6 +128,7 @@ pub(crate) fn to_json(st: &Status) -> Value {
         "writers": st.writers.iter().map(party_json).collect::<Vec<_>>(),
         "queue": st.queue.iter().map(party_json).collect::<Vec<_>>(),
         "departed": st.departed.iter().map(party_json).collect::<Vec<_>>(),
+        "stranger": st.stranger,
     });
     json_path(&mut value, &st.path);
     value
@@ -260,6 +261,14 @@ fn summary(st: &Status, what: &str) -> String {
                 .as_deref()
                 .map(|r| format!(" ({})", escape(r)))
                 .unwrap_or_default()
+        ),
+        State::Malformed { .. } if st.stranger.is_some() => format!(
+            "{what} is damaged{}, and holds {}, which a lock never holds: it may be a directory of yours rather than a lock; look at what it holds, and if it is a lock, remove it by hand",
+            st.reason
+                .as_deref()
+                .map(|r| format!(" ({})", escape(r)))
+                .unwrap_or_default(),
+            escape(st.stranger.as_deref().unwrap_or_default())
         ),
         State::Malformed { .. } => format!(
             "{what} is damaged{}: it is never taken over automatically; once no process uses it, remove it with `dirlock unlock --force`",

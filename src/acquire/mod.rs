@@ -17,7 +17,7 @@ use crate::held::{check_order, held_by_parent, Family, Who};
 use crate::lockdir::LockDir;
 use crate::options::MAX_RESTAGES;
 use crate::options::{Blocked, Options, Wait, Waiting};
-use crate::protocol::{Contender, Held, Next, Request};
+use crate::protocol::{blocked_by, Contender, Held, Next, Request};
 use crate::space::{not_found, Seen, Space};
 use crate::sys::{is, CancelHandle, Errno, FileId, Identity, Real, RealDir, System, Wake};
 use patience::Patience;
@@ -289,13 +289,13 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
     ///
     /// As [`LockRequest::acquire`](crate::LockRequest::acquire).
     pub(crate) async fn run(&self, z: &impl Sleep<S>) -> Result<Acquired<S>, Error> {
-        let mut told = false;
+        let mut told = None;
         let (mut dir, mut dir_id) = self.site.open()?;
         let turn = self.queue_up(&dir, dir_id, z, &mut told)?;
         let mut retry = Retry::new();
         loop {
             self.site.refusals(&dir, dir_id, &self.target, self.who)?;
-            let won = self.contend(&dir, z, told, turn.as_ref()).await;
+            let won = self.contend(&dir, z, told.as_ref(), turn.as_ref()).await;
             match won {
                 Ok(held) => {
                     // A reader is in: the next task may read (or wait as a writer) beside it.
@@ -328,13 +328,13 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         &self,
         dir: &S::Dir,
         z: &impl Sleep<S>,
-        told: bool,
+        told: Option<&Blocked>,
         place: Option<&Place>,
     ) -> Result<Held<S>, Error> {
         let (sp, req) = (self.site.space(dir), self.request());
         let (mut k, seat) = self.stage_in_line(&sp, &req, z, place).await?;
-        if told {
-            k.told();
+        if let Some(blocked) = told {
+            k.told(blocked);
         }
         if !z.runs_alone() {
             k.not_to_be_handed();
@@ -412,13 +412,15 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         let Ok(Seen::Owned { dir, meta, owner }) = sp.observe(&self.target.name) else {
             return None;
         };
+        let judgement = sp.judge(&dir, &owner, &self.me);
+        let name = &self.target.name;
         Some(Waiting {
             resource: self.target.resource.clone(),
             lock: self.target.path.clone(),
-            judgement: sp.judge(&dir, &owner, &self.me),
+            blocked: blocked_by(sp, name, &meta, &judgement, self.options.grace),
+            judgement,
             owner,
             since: meta.mtime,
-            blocked: Blocked::Holder,
         })
     }
 
@@ -430,7 +432,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         dir: &S::Dir,
         dir_id: FileId,
         z: &impl Sleep<S>,
-        told: &mut bool,
+        told: &mut Option<Blocked>,
     ) -> Result<Option<Place>, Error> {
         let t = &self.target;
         let Some(queue) = z.queue(dir_id, &t.name) else {
@@ -456,8 +458,8 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         // (Only when asked: each look is a probe of the holder's lock that others step past.)
         let sp = self.site.space(dir);
         if let Some((f, waiting)) = self.options.on_wait.as_ref().zip(self.holder(&sp)) {
-            *told = true;
             f(&waiting);
+            *told = Some(waiting.blocked);
         }
         Ok(Some(place))
     }
@@ -487,13 +489,16 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         }
         match z.bounded(left, cancel, until).await {
             Bounded::Done(()) => Ok(()),
-            Bounded::TimedOut => Err(Error::Timeout {
-                lock: t.path.clone(),
-                resource: t.resource.clone(),
-                waited: sp.sys.monotonic().saturating_sub(self.started),
-                owner: self.holder(sp).map(|w| Box::new(w.owner)),
-                blocked: Some(Box::new(Blocked::Holder)),
-            }),
+            Bounded::TimedOut => {
+                let holder = self.holder(sp);
+                Err(Error::Timeout {
+                    lock: t.path.clone(),
+                    resource: t.resource.clone(),
+                    waited: sp.sys.monotonic().saturating_sub(self.started),
+                    owner: holder.as_ref().map(|w| Box::new(w.owner.clone())),
+                    blocked: holder.map(|w| Box::new(w.blocked)),
+                })
+            }
             Bounded::Cancelled => Err(Error::Cancelled {
                 lock: t.path.clone(),
                 resource: t.resource.clone(),

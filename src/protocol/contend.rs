@@ -3,7 +3,7 @@
 //! [`Contender`], which keeps the candidate, the deadline and what the acquisition has seen;
 //! the driver ([`crate::acquire`]) runs its rounds and does the sleeping.
 
-mod ended;
+pub(crate) mod ended;
 pub(crate) mod queued;
 mod readers;
 
@@ -17,6 +17,7 @@ use crate::options::{Ages, Backoff, Blocked, Wait};
 use crate::owner::Owner;
 use crate::space::{beacon_free, Seen, Space};
 use crate::sys::{FileId, Identity, Meta, System};
+use std::mem::{discriminant, Discriminant};
 use std::time::Duration;
 
 /// How often a fail-fast acquisition republishes after the holder vanished under it before it
@@ -128,7 +129,8 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     last_owner: Option<Owner>,
     /// What kept us out last (for a timeout's words).
     blocked: Option<Blocked>,
-    told: bool,
+    /// What `on_wait` was last told keeps us out (its kind), once it was told.
+    told: Option<Discriminant<Blocked>>,
     backoff: Backoff,
     ages: Ages,
     /// The dead owner this contender reclaimed the lock from, if it did.
@@ -205,7 +207,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             idle: 0,
             last_owner: None,
             blocked: None,
-            told: false,
+            told: None,
             backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(100)),
             ages: Ages::default(),
             reclaimed_from: None,
@@ -228,9 +230,10 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         self.handable = false;
     }
 
-    /// Marks `on_wait` as told already (by a wait before the contest).
-    pub(crate) fn told(&mut self) {
-        self.told = true;
+    /// Marks `on_wait` as told already (by a wait before the contest) that `blocked` keeps us
+    /// out.
+    pub(crate) fn told(&mut self, blocked: &Blocked) {
+        self.told = Some(discriminant(blocked));
     }
 
     fn staged(&mut self) -> &mut Staged<S> {
@@ -371,7 +374,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
 
     /// `blocked` keeps us out (a holder `owner`, judged `judgement`, its lock taken `since`):
     /// past the deadline, the `contended` error when failing fast (else a timeout, which
-    /// names `blocked`); before it, the caller's `on_wait` is told (once).
+    /// names `blocked`); before it, the caller's `on_wait` is told, once, and again when what
+    /// keeps us out changes kind (not for each new holder).
     fn kept_out(
         &mut self,
         owner: &Owner,
@@ -380,8 +384,9 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         blocked: Blocked,
         contended: impl FnOnce(&Self) -> Error,
     ) -> Result<(), Error> {
-        if let (false, false, Some(f)) = (self.expired(), self.told, &self.req.options.on_wait) {
-            self.told = true;
+        let news = self.told != Some(discriminant(&blocked));
+        if let (false, true, Some(f)) = (self.expired(), news, &self.req.options.on_wait) {
+            self.told = Some(discriminant(&blocked));
             f(&crate::options::Waiting {
                 resource: self.req.resource.to_owned(),
                 lock: self.sp.entry(self.req.name),

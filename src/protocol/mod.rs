@@ -8,7 +8,7 @@ pub(crate) mod queue;
 pub(crate) mod shared;
 mod stage;
 
-pub(crate) use contend::{queued::Tries, Contender, Next, Waiting};
+pub(crate) use contend::{ended::blocked_by, queued::Tries, Contender, Next, Waiting};
 pub(crate) use stage::{Held, Request};
 
 use crate::error::Error;

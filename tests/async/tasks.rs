@@ -263,6 +263,63 @@ fn a_task_queued_behind_another_is_told_who_holds_the_lock() {
     assert_eq!(entries(&dir), Vec::<String>::new());
 }
 
+/// A task queued behind another, at a lock whose holder seems to have ended, is told so, and
+/// its timeout says so (it said "it is held by" the dead pid).
+#[cfg(unix)]
+#[test]
+fn a_task_queued_behind_another_is_told_that_the_holder_has_ended() {
+    use dirlock::Blocked;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let (_tmp, dir, _) = setup();
+    let locks = Locks::in_dir(&dir).unwrap();
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    // The reference implementation's record of a process that has exited: dead by evidence.
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(dir.join(LOCK))
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(dir.join(LOCK).join("owner.json"))
+        .and_then(|mut f| {
+            std::io::Write::write_all(&mut f, format!(r#"{{"pid":{pid},"token":"t"}}"#).as_bytes())
+        })
+        .unwrap();
+    let grace = |b: Option<&Blocked>| matches!(b, Some(Blocked::Grace { remaining, .. }) if *remaining > Duration::from_secs(50));
+    runtime(1).block_on(async {
+        let head = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let err = locks
+            .named_lock(LOCK)
+            .wait(Duration::from_millis(300))
+            .on_wait({
+                let told = told.clone();
+                move |w| told.lock().unwrap().push(w.blocked.clone())
+            })
+            .acquire_async()
+            .await
+            .unwrap_err();
+        match &err {
+            Error::Timeout { blocked, .. } => assert!(grace(blocked.as_deref()), "{err:?}"),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert!(
+            err.to_string().contains("which seems to have ended"),
+            "{err}"
+        );
+        let told = told.lock().unwrap().clone();
+        assert!(told.len() == 1 && grace(told.first()), "{told:?}");
+        head.abort();
+        assert!(head.await.is_err(), "the head waited out the grace period");
+    });
+}
+
 /// A runtime that cannot serve a wait (no time; on Unix, no I/O) makes the first call panic
 /// with tokio's message, even on a free lock, rather than only once there is contention; and
 /// nothing is left behind.

@@ -118,9 +118,12 @@ fn a_forced_unlock_leaves_a_directory_that_is_no_lock() {
         "{err}"
     );
     assert!(mine.join("2024").join("a.jpg").exists());
+    let stranger = |name: &str| fx.locks.named_lock(name).status().unwrap().stranger;
+    assert_eq!(stranger("photos").as_deref(), Some("2024"));
     let damaged = private_dir(&fx.dir().join("d.lock"));
     std::fs::write(damaged.join("owner.json.5f0c6a3e"), "").unwrap();
     private_dir(&damaged.join("reader.5f0c6a3e"));
+    assert_eq!(stranger("d"), None);
     fx.locks.named_lock("d").unlock(true).unwrap();
     assert!(!damaged.exists());
 }

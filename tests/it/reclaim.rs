@@ -84,14 +84,14 @@ fn a_dead_reference_owner_waits_out_the_grace_period() {
     // be taken over (not that it is held).
     let (told, err) = wait_briefly(&fx, Duration::from_millis(300));
     assert!(
-        matches!(told, Some(Blocked::Grace { remaining }) if remaining > Duration::from_secs(50)),
+        matches!(told, Some(Blocked::Grace { remaining, clock_ahead: false }) if remaining > Duration::from_secs(50)),
         "{told:?}"
     );
     match &err {
         Error::Timeout {
             blocked: Some(b), ..
-        } if matches!(**b, Blocked::Grace { remaining } if remaining > Duration::from_secs(50)) => {
-        }
+        } if matches!(**b, Blocked::Grace { remaining, clock_ahead: false } if remaining > Duration::from_secs(50)) =>
+            {}
         other => panic!("expected a timeout in the grace period, got {other:?}"),
     }
     let says = err.to_string();
@@ -110,6 +110,45 @@ fn a_dead_reference_owner_waits_out_the_grace_period() {
     assert_eq!(g.reclaimed_from().unwrap().token, TOKEN);
     g.release().unwrap();
     assert_eq!(fx.entries(), Vec::<String>::new());
+}
+
+/// A wait is told again when what keeps it out changes kind: a holder that ran, then ended
+/// (its record names a pid that has gone); not again while it stays so.
+#[test]
+fn a_wait_is_told_again_when_its_holder_ends() {
+    let fx = Fixture::new();
+    let mut sleeper = Sleeper::new();
+    plant(
+        fx.dir(),
+        &lock_name(&fx),
+        &reference_record(sleeper.0.id()),
+        Duration::ZERO,
+    );
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let waiter = {
+        let (locks, repo, told) = (fx.locks.clone(), fx.repo(), told.clone());
+        std::thread::spawn(move || {
+            locks
+                .repository_lock(repo)
+                .wait(Wait::Timeout(Duration::from_secs(2)))
+                .on_wait(move |w| told.lock().unwrap().push(w.blocked.clone()))
+                .acquire()
+        })
+    };
+    let count = || told.lock().unwrap().len();
+    assert!(eventually(Duration::from_secs(10), || count() == 1));
+    sleeper.0.kill().unwrap();
+    sleeper.0.wait().unwrap();
+    let err = waiter.join().unwrap().unwrap_err();
+    let told = told.lock().unwrap().clone();
+    assert!(
+        matches!(&told[..], [Blocked::Holder, Blocked::Grace { .. }]),
+        "{told:?}"
+    );
+    assert!(
+        err.to_string().contains("which seems to have ended"),
+        "{err}"
+    );
 }
 
 #[test]

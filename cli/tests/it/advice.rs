@@ -223,6 +223,26 @@ fn a_wait_for_an_ended_holder_says_what_it_waits_for() {
             && gave_up.ends_with(" s (retry then, or wait longer)"),
         "{gave_up}"
     );
+    // Its time in the future (a clock was set back): the grace period counts from when a
+    // wait first sees it, so a new run starts it again, and retrying is no use.
+    let ahead = std::time::SystemTime::now() + Duration::from_secs(3600);
+    std::fs::File::open(&lock)
+        .unwrap()
+        .set_times(
+            std::fs::FileTimes::new()
+                .set_accessed(ahead)
+                .set_modified(ahead),
+        )
+        .unwrap();
+    let (waiting, gave_up) = wait();
+    assert!(
+        waiting.contains("; its time is in the future (a clock was set back), so it can be taken over only this far into the wait: "),
+        "{waiting}"
+    );
+    assert!(
+        gave_up.contains("wait for it, and it is taken over ") && !gave_up.contains("retry"),
+        "{gave_up}"
+    );
     // Past the grace period, behind a takeover another program began and left.
     set_age(&lock, Duration::from_secs(61));
     let guard = private_dir(&fx.dir().join("x.lock.reclaim"));
@@ -246,4 +266,28 @@ fn a_wait_for_an_ended_holder_says_what_it_waits_for() {
         lock.is_dir() && guard.is_dir(),
         "the lock and the marker stay"
     );
+}
+
+/// A directory of one's own at the lock path (a mistyped `--lock`): status does not advise a
+/// forced unlock, which refuses it and leaves all it holds.
+#[test]
+fn a_directory_that_is_no_lock_is_to_be_looked_at_not_forced() {
+    let fx = Fixture::new();
+    let mine = private_dir(&fx.dir().join("photos.lock"));
+    std::fs::write(mine.join("a.jpg"), "precious").unwrap();
+    let says = text(&dirlock(fx.dir(), &["status", "--lock", "photos"]).stdout);
+    assert!(
+        says.contains("and holds a.jpg, which a lock never holds")
+            && says.contains("remove it by hand")
+            && !says.contains("--force"),
+        "{says}"
+    );
+    let out = dirlock(fx.dir(), &["unlock", "--force", "--lock", "photos"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("it holds a.jpg, which a lock never holds"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(mine.join("a.jpg")).unwrap(), b"precious");
 }

@@ -5,11 +5,39 @@
 use super::{Contender, Evidence, Next};
 use crate::error::Error;
 use crate::liveness::Judgement;
-use crate::options::{grace_left, Blocked};
+use crate::options::{grace_left, Ages, Blocked};
 use crate::owner::Owner;
 use crate::paths::guard_name;
 use crate::reclaim::{reclaim, Expect, Reclaim};
+use crate::space::Space;
 use crate::sys::{gone, Meta, System};
+use std::time::Duration;
+
+/// What keeps a waiter out of lock `name` whose holder was judged `judgement` (its lock's
+/// metadata `meta`), for a waiter that does not reclaim it itself (a task queued behind
+/// another): the holder, or, once it has ended, the grace period or the takeover.
+pub(crate) fn blocked_by<S: System>(
+    sp: &Space<S>,
+    name: &str,
+    meta: &Meta,
+    judgement: &Judgement,
+    grace: Duration,
+) -> Blocked {
+    if !judgement.liveness.is_dead() {
+        return Blocked::Holder;
+    }
+    let (age, clock_ahead) = Ages::default().age(sp.sys, meta.id, meta.mtime);
+    match grace_left(judgement.liveness, age, grace) {
+        Some(remaining) if !remaining.is_zero() => Blocked::Grace {
+            remaining,
+            clock_ahead,
+        },
+        _ => Blocked::Takeover {
+            guard: sp.entry(&guard_name(name)),
+            remaining: None,
+        },
+    }
+}
 
 impl<S: System> Contender<'_, '_, S> {
     /// A dead holder: wait out the grace period (evidence only), then reclaim under the guard.
@@ -32,7 +60,10 @@ impl<S: System> Contender<'_, '_, S> {
         let (age, clock_ahead) = self.ages.age(self.sp.sys, meta.id, meta.mtime);
         let remaining = grace_left(judgement.liveness, age, grace).unwrap_or_default();
         if !remaining.is_zero() {
-            let grace = Blocked::Grace { remaining };
+            let grace = Blocked::Grace {
+                remaining,
+                clock_ahead,
+            };
             self.kept_out(&owner, &judgement, meta.mtime, grace, |k| Error::Stale {
                 lock: k.sp.entry(k.req.name),
                 resource: k.req.resource.to_owned(),

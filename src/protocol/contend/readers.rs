@@ -6,6 +6,7 @@ use super::queued::{DEFER, DEFER_PAUSE};
 use super::{Contender, Evidence, Next};
 use crate::error::Error;
 use crate::liveness::{Judgement, Liveness};
+use crate::options::Blocked;
 use crate::owner::Owner;
 use crate::protocol::queue::{self, Ahead};
 use crate::protocol::shared::{self, Intent, Join};
@@ -41,7 +42,8 @@ impl<S: System> Contender<'_, '_, S> {
         // lock's record, and why a reader does not come in.
         let (expired, tell) = (
             self.expired(),
-            self.req.options.on_wait.is_some() && !self.told,
+            self.req.options.on_wait.is_some()
+                && self.told != Some(std::mem::discriminant(&Blocked::Holder)),
         );
         if expired || tell {
             if let Ok(Seen::Owned { meta, owner, .. }) = self.sp.observe(self.req.name) {

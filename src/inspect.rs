@@ -576,10 +576,16 @@ fn guard_state<S: System>(sp: &Space<S>, name: &str) -> Result<GuardState, Error
         Ok(m) => m,
         // Retired meanwhile (see `sys::gone`).
         Err(e) if gone(&e) => return Ok(GuardState::Absent),
-        Err(e) => return Err(Error::io("inspect the reclaim guard", sp.entry(&gname), e)),
+        Err(e) => {
+            return Err(Error::io(
+                "inspect the takeover marker",
+                sp.entry(&gname),
+                e,
+            ))
+        }
     };
     // As a reclaimer finds it: first whether it is safe to use at all.
-    if let Some(problem) = sp.private_problem(&meta, "the reclaim guard") {
+    if let Some(problem) = sp.private_problem(&meta, "the takeover marker") {
         let path = sp.entry(&gname);
         return Ok(GuardState::Unsafe { path, problem });
     }

@@ -128,7 +128,7 @@ fn stage_guard_once<S: System>(
             Ok(()) => Ok(Staged::Placed(guard)),
             Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => Ok(Staged::Exists),
             Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(Staged::Unsupported),
-            Err(e) => Err(sp.io("put the reclaim guard in place", gname, e)),
+            Err(e) => Err(sp.io("put the takeover marker in place", gname, e)),
         }
     });
     match result {
@@ -153,20 +153,20 @@ fn make_guard_in_place<S: System>(sp: &Space<S>, gname: &str) -> Result<Option<S
     let guard = match sp.sys.open_file_at(sp.dir, gname, true) {
         Ok(g) => g,
         Err(e) if is(&e, Errno::Exists) => return Ok(None),
-        Err(e) => return Err(sp.io("create the reclaim guard", gname, e)),
+        Err(e) => return Err(sp.io("create the takeover marker", gname, e)),
     };
     if sp.shared.is_some() {
         // The group's members must be able to open it (to lock it, and to see it busy).
         let _ = sp.sys.set_mode(&guard, 0o640);
     }
-    if lock_past_peekers(sp, &guard, gname, true, "lock the reclaim guard")? == Some(false) {
+    if lock_past_peekers(sp, &guard, gname, true, "lock the takeover marker")? == Some(false) {
         return Ok(None);
     }
     let mine = match sp.sys.meta(&guard) {
         Ok(m) => m,
         // Retired meanwhile (see `sys::gone`).
         Err(e) if gone(&e) => return Ok(None),
-        Err(e) => return Err(sp.io("inspect the reclaim guard", gname, e)),
+        Err(e) => return Err(sp.io("inspect the takeover marker", gname, e)),
     };
     match sp.sys.meta_at(sp.dir, gname) {
         Ok(now) if now.id == mine.id => Ok(Some(guard)),
@@ -188,7 +188,7 @@ fn mark<S: System>(sp: &Space<S>, guard: &S::Dir, at: &str) -> Result<(), Error>
         Ok(()) => Ok(()),
         Err(e) if is(&e, Errno::Exists) => Ok(()),
         Err(e) => Err(Error::io(
-            "mark the reclaim guard",
+            "finish the takeover marker",
             sp.entry(at).join(GUARD_MARKER),
             e,
         )),
@@ -213,9 +213,9 @@ fn take_left_guard<S: System>(
         Ok(m) => m,
         // Gone meanwhile (see `sys::gone`).
         Err(e) if gone(&e) => return Ok(Err(Reclaim::Changed)),
-        Err(e) => return Err(sp.io("inspect the reclaim guard", gname, e)),
+        Err(e) => return Err(sp.io("inspect the takeover marker", gname, e)),
     };
-    if let Some(problem) = sp.private_problem(&meta, "the reclaim guard") {
+    if let Some(problem) = sp.private_problem(&meta, "the takeover marker") {
         return Err(Error::Unsafe {
             path: sp.entry(gname),
             problem,
@@ -223,7 +223,7 @@ fn take_left_guard<S: System>(
                 .into(),
         });
     }
-    let flocked = match lock_past_peekers(sp, &guard, gname, true, "lock the reclaim guard") {
+    let flocked = match lock_past_peekers(sp, &guard, gname, true, "lock the takeover marker") {
         Ok(Some(true)) => true,
         Ok(Some(false)) => return Ok(Err(Reclaim::Busy { remaining: None })),
         Ok(None) => false,
@@ -529,7 +529,7 @@ pub(crate) enum Guard<D> {
 pub(crate) fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Guard<S::Dir>, Error> {
     let unsafe_guard = || Error::Unsafe {
         path: sp.entry(gname),
-        problem: "the reclaim guard is a symbolic link, or neither a directory nor a file".into(),
+        problem: "the takeover marker is a symbolic link, or neither a directory nor a file".into(),
         fix: "remove it by hand once no process uses this lock".into(),
     };
     match sp.sys.open_dir_at(sp.dir, gname) {
@@ -551,9 +551,9 @@ pub(crate) fn open_guard<S: System>(sp: &Space<S>, gname: &str) -> Result<Guard<
             {
                 Err(unsafe_guard())
             }
-            Err(e) => Err(sp.io("open the reclaim guard", gname, e)),
+            Err(e) => Err(sp.io("open the takeover marker", gname, e)),
         },
         Err(e) if is(&e, Errno::Loop) => Err(unsafe_guard()),
-        Err(e) => Err(sp.io("open the reclaim guard", gname, e)),
+        Err(e) => Err(sp.io("open the takeover marker", gname, e)),
     }
 }

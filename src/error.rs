@@ -369,12 +369,12 @@ fn kept_out(owner: Option<&Owner>, blocked: Option<&crate::Blocked>) -> String {
             "{was}, which seems to have ended; it can be taken over in {} (retry then, or wait longer)",
             text::time_left(*remaining)
         ),
+        // (What was left of this wait's grace period is no promise to the next wait: it
+        // starts it again.)
         Some(Blocked::Grace {
-            remaining,
-            clock_ahead: true,
+            clock_ahead: true, ..
         }) => format!(
-            "{was}, which seems to have ended; its modification time is in the future (a clock was set back), so its grace period counts from when a wait first sees it unchanged: wait for it, and it is taken over {} into the wait",
-            text::time_left(*remaining)
+            "{was}, which seems to have ended; its modification time is in the future (a clock was set back), so its grace period counts from when a wait first sees it unchanged: a wait longer than the grace period takes it over"
         ),
         Some(Blocked::Takeover {
             remaining: None, ..

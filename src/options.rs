@@ -89,7 +89,7 @@ pub struct Waiting {
     pub since: std::time::SystemTime,
     /// What keeps it out: the holder, or, once the holder has ended, what is left to wait for.
     /// When that changes (the holder ends, or the lock is taken over by another), the
-    /// callback is told again.
+    /// callback is told again (see [`crate::LockRequest::on_wait`]).
     pub blocked: Blocked,
 }
 

@@ -190,14 +190,30 @@ pub(crate) fn classify_inside(entry: &str) -> Inside {
     }
 }
 
-/// Whether a lock directory may hold `entry`: its record (or one being written), or a shared
-/// lock's reader or writer. Anything else says it may be no lock at all.
-pub(crate) fn a_lock_may_hold(entry: &str) -> bool {
-    classify_inside(entry) != Inside::Other
+/// A token as this crate makes them for names: a UUID, `8-4-4-4-12` lowercase hex digits.
+fn uuid_shaped(t: &str) -> bool {
+    t.len() == 36
+        && t.bytes().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == b'-',
+            _ => c.is_ascii_digit() || (b'a'..=b'f').contains(&c),
+        })
+}
+
+/// Whether `entry` is named as this crate names a lock's record, or a record being written
+/// (`owner.json.<token>`): inside a lock, or inside a reader's or writer's entry.
+pub(crate) fn record_named(entry: &str) -> bool {
+    entry == OWNER_FILE
         || entry
             .strip_prefix(OWNER_FILE)
             .and_then(|t| t.strip_prefix('.'))
-            .is_some_and(safe_token)
+            .is_some_and(uuid_shaped)
+}
+
+/// Whether `entry` is named as this crate names a shared lock's reader's or writer's entry.
+pub(crate) fn party_named(entry: &str) -> bool {
+    [READER, WRITER]
+        .iter()
+        .any(|p| entry.strip_prefix(p).is_some_and(uuid_shaped))
 }
 
 /// `owner.json.<token>`: a shared lock's record being rewritten, then renamed over the old.

@@ -19,15 +19,17 @@
 //! `flock` finds it taken and lets go. (The reference implementation's `mkdir` of the guard
 //! fails on the file as on a directory: it stays out.)
 
+mod force;
+
+pub(crate) use force::stranger;
+use force::{forced, forced_still, remove_forced};
+
 use crate::error::Error;
 use crate::options::{Ages, MAX_RESTAGES};
 use crate::owner::Owner;
-use crate::paths::{
-    a_lock_may_hold, candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER,
-};
+use crate::paths::{candidate_name, guard_name, tombstone_for, tombstone_name, GUARD_MARKER};
 use crate::space::{lock_past_peekers, make_candidate, not_found, remove_tree, Seen, Space};
 use crate::sys::{gone, is, Errno, FileId, Identity, Kind, System};
-use crate::text;
 use std::io;
 use std::time::Duration;
 
@@ -301,6 +303,9 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
         }
     }
     drop(held);
+    if let Expect::Dir(_) = expect {
+        return remove_forced(sp, name, &tomb);
+    }
     remove_tree(sp.sys, sp.dir, &tomb);
     Ok(Reclaim::Done)
 }
@@ -313,27 +318,6 @@ fn retire_checked<S: System>(sp: &Space<S>, name: &str, expect: Expect) -> Resul
 fn held_alone<S: System>(sp: &Space<S>, dir: &S::Dir, name: &str, id: FileId) -> bool {
     sp.sys.try_lock(dir, true).unwrap_or(false)
         && sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == id)
-}
-
-/// Under the guard, for a forced removal: `NAME` is still the directory (or the file) `id`
-/// and nobody holds a `flock` on it (`Some`, with the directory or file held exclusively
-/// until it is retired); `None`: it changed, or is held.
-fn forced_still<S: System>(sp: &Space<S>, name: &str, id: FileId) -> Option<Option<S::Dir>> {
-    let meta = sp.sys.meta_at(sp.dir, name).ok().filter(|m| m.id == id)?;
-    let held = match meta.kind {
-        Kind::Dir => sp.sys.open_dir_at(sp.dir, name).ok()?,
-        Kind::File => match sp.sys.open_file_at(sp.dir, name, false) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::Unsupported => return Some(None),
-            Err(_) => return None,
-        },
-        _ => return Some(None), // a symlink, FIFO or socket where the lock should be
-    };
-    match sp.sys.try_lock(&held, true) {
-        Ok(true) => Some(Some(held)),
-        Err(e) if is(&e, Errno::LockUnsupported) => Some(Some(held)),
-        _ => None,
-    }
 }
 
 /// How often an unlock looks again after the lock changed under it (each time, some other
@@ -414,103 +398,6 @@ pub(crate) fn unlock<S: System>(
         owner: None,
         blocked: None,
     })
-}
-
-/// A malformed lock an operator asked to remove: refused without `force`, and refused while a
-/// process holds a lock on it (it is in use, however damaged). The identity of what is to be
-/// removed, or `None` when it vanished meanwhile.
-fn forced<S: System>(
-    sp: &Space<S>,
-    name: &str,
-    resource: &str,
-    problem: String,
-    force: bool,
-) -> Result<Option<FileId>, Error> {
-    let malformed = |problem: String| Error::Malformed {
-        lock: sp.entry(name),
-        resource: resource.to_owned(),
-        problem,
-    };
-    if !force {
-        return Err(malformed(problem));
-    }
-    let meta = match sp.sys.meta_at(sp.dir, name) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(sp.io("inspect the lock", name, e)),
-    };
-    // A directory's holder keeps its flock; so does one of a plain file (flock(1)'s own lock
-    // files), exclusive or shared.
-    let unsafe_here = |problem: String| Error::Unsafe {
-        path: sp.entry(name),
-        problem,
-        fix: "remove it by hand once no process uses it".into(),
-    };
-    let (opened, exclusive) = match meta.kind {
-        Kind::Dir => (sp.sys.open_dir_at(sp.dir, name), false),
-        Kind::File => (sp.sys.open_file_at(sp.dir, name, false), true),
-        // flock(1) locks what a link points at, which dirlock never follows.
-        Kind::Symlink => {
-            return Err(unsafe_here(
-                "it is a symbolic link, and another tool may lock what it points at".into(),
-            ))
-        }
-        Kind::Other => return Ok(Some(meta.id)),
-    };
-    let held = match opened {
-        Ok(h) => h,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        // (Windows opens no such file for its flock: nothing to ask.)
-        Err(e) if e.kind() == io::ErrorKind::Unsupported => return Ok(Some(meta.id)),
-        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            return Err(unsafe_here(format!(
-                "it cannot be opened to tell whether a process holds a lock on it ({e})"
-            )))
-        }
-        Err(e) => return Err(sp.io("open the lock", name, e)),
-    };
-    no_stranger(sp, name, &held, meta.kind)?;
-    match sp.sys.try_lock(&held, exclusive) {
-        Ok(true) => Ok(Some(meta.id)),
-        // Where the filesystem has no such locks, no process holds one.
-        Err(e) if is(&e, Errno::LockUnsupported) => Ok(Some(meta.id)),
-        _ => Err(malformed(format!(
-            "{problem}; a process holds a lock on it, so it is in use and a forced unlock refuses it"
-        ))),
-    }
-}
-
-/// A careless `--force` at a directory of one's own (`photos.lock`) must not empty it: refused
-/// when what is at `NAME` (open as `held`, of kind `kind`) is a directory holding anything a
-/// lock never holds. (Gone meanwhile: the removal under the guard finds it so.)
-fn no_stranger<S: System>(
-    sp: &Space<S>,
-    name: &str,
-    held: &S::Dir,
-    kind: Kind,
-) -> Result<(), Error> {
-    if kind != Kind::Dir {
-        return Ok(());
-    }
-    match stranger(sp.sys, held) {
-        Ok(Some(stranger)) => Err(Error::Unsafe {
-            path: sp.entry(name),
-            problem: format!(
-                "it holds {}, which a lock never holds, so it may be a directory of yours rather than a lock",
-                text::escape(&stranger)
-            ),
-            fix: "look at what it holds, and if it is a lock, remove it by hand".into(),
-        }),
-        Ok(None) => Ok(()),
-        Err(e) if gone(&e) => Ok(()),
-        Err(e) => Err(sp.io("list the lock", name, e)),
-    }
-}
-
-/// The first entry of the directory `dir` (a damaged lock's) that a lock never holds: a sign
-/// that it is no lock at all, but a directory of one's own at a mistyped path.
-pub(crate) fn stranger<S: System>(sys: &S, dir: &S::Dir) -> io::Result<Option<String>> {
-    Ok(sys.list(dir)?.into_iter().find(|e| !a_lock_may_hold(e)))
 }
 
 /// What is at `NAME.reclaim`.

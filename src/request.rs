@@ -134,7 +134,9 @@ impl LockRequest {
     /// Calls `f` if the acquisition has to wait, with who holds the lock (for a message such
     /// as "waiting for pid 42 (sync) since ..."): once, and again only when what keeps it out
     /// changes kind ([`Waiting::blocked`]: a holder ends, its lock is taken over), never for
-    /// each new holder of a lock that changes hands while it waits.
+    /// each new holder of a lock that changes hands while it waits. A task queued behind
+    /// other tasks of its runtime is told once as it queues, and again only once it is at
+    /// the head of that queue.
     pub fn on_wait(mut self, f: impl Fn(&Waiting) + Send + Sync + 'static) -> Self {
         self.options.on_wait = Some(Arc::new(f));
         self

@@ -1,6 +1,5 @@
 //! The command line: subcommands, options and their help.
 
-use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -258,8 +257,8 @@ pub(crate) enum Cmd {
 pub(crate) struct Selector {
     /// A lock named NAME in your lock directory, or NAME in directory DIR (which only you may
     /// write). Its directory is NAME.lock (NAME where it ends in .lock). Waits by default.
-    #[arg(long, value_name = "[DIR/]NAME", group = "target", value_parser = utf8_lock())]
-    pub(crate) lock: Option<String>,
+    #[arg(long, value_name = "[DIR/]NAME", group = "target")]
+    pub(crate) lock: Option<OsString>,
     /// The lock of the repository (or any directory tree) at ROOT. Fails at once by default.
     #[arg(long, value_name = "ROOT", group = "target")]
     pub(crate) repository: Option<PathBuf>,
@@ -339,15 +338,6 @@ pub(crate) struct Acquire {
 
 /// A duration as people write it: seconds (`90`, `2.5`), or numbers each with a unit (`ms`,
 /// `s`, `m`, `h`, `d`): `500ms`, `5m`, `1h30m`.
-/// `--lock`'s value, which must be UTF-8 (a lock's name is written in its record): said
-/// after the value (clap names it), not in clap's words for any argument.
-fn utf8_lock() -> impl clap::builder::TypedValueParser<Value = String> {
-    clap::builder::OsStringValueParser::new().try_map(|v| {
-        v.into_string()
-            .map_err(|_| "it is not UTF-8: give a UTF-8 path")
-    })
-}
-
 pub(crate) fn duration(v: &str) -> Result<Duration, String> {
     let bad = || {
         format!(

@@ -82,10 +82,25 @@ pub(crate) fn own_dir(dir: &Path) -> Result<Locks, Failure> {
     })
 }
 
+/// A lock's path (`--lock`, or the first word), which must be UTF-8: a lock's name is written
+/// in its record.
+fn utf8_path(p: &OsString) -> Result<&str, Failure> {
+    p.to_str().ok_or_else(|| {
+        Failure(
+            format!(
+                "the lock's path {} is not UTF-8: give a UTF-8 path",
+                shown(Path::new(p))
+            ),
+            EX_USAGE,
+        )
+    })
+}
+
 /// The request for the lock the selector names, in the lock directory it names.
 pub(crate) fn select(sel: &Selector) -> Result<LockRequest, Failure> {
     let usage = |m: &str| Failure(m.to_owned(), EX_USAGE);
-    match (&sel.repository, &sel.global_setup, &sel.lock) {
+    let lock = sel.lock.as_ref().map(utf8_path).transpose()?;
+    match (&sel.repository, &sel.global_setup, lock) {
         (Some(r), None, None) => Ok(open(&sel.place)?.repository_lock(r)),
         (None, Some(h), None) => Ok(open(&sel.place)?.global_setup_lock(h)),
         // DIR/NAME (on Windows DIR\NAME too): a lock name has no separator of either kind.
@@ -177,17 +192,12 @@ pub(crate) fn run_target(
             ));
         }
         let first = words.remove(0);
-        let Some(path) = first.to_str() else {
-            return Err(usage(&format!(
-                "the lock's path {} is not UTF-8: give a UTF-8 path",
-                shown(Path::new(&first))
-            )));
-        };
+        let path = utf8_path(&first)?;
         let has_dir = path.contains('/') || (cfg!(windows) && path.contains('\\'));
         sel.lock = Some(if has_dir {
-            path.to_owned()
+            path.into()
         } else {
-            format!("./{path}")
+            format!("./{path}").into()
         });
         // `flock FILE -- CMD`: the `--` after the lock's path ends the options as it would
         // before it.

@@ -18,13 +18,13 @@ pub(crate) fn span(d: Duration) -> String {
 }
 
 /// How long ago `t` was: `just now`, `2 min ago`, or, for a time ahead of this clock, `in 5
-/// min (the clocks disagree)`.
+/// min, by a clock ahead of this one`.
 pub(crate) fn ago(t: SystemTime, now: SystemTime) -> String {
     match now.duration_since(t) {
         Ok(d) if d < Duration::from_secs(1) => "just now".to_owned(),
         Ok(d) => format!("{} ago", span(d)),
         Err(e) if e.duration() < Duration::from_secs(1) => "just now".to_owned(),
-        Err(e) => format!("in {} (its clock is ahead of this one)", span(e.duration())),
+        Err(e) => format!("in {}, by a clock ahead of this one", span(e.duration())),
     }
 }
 

@@ -354,6 +354,11 @@ pub trait System: Clock {
     /// The names in a directory (without `.` and `..`, and without names that are not UTF-8:
     /// the protocol makes none, and leaves them alone).
     fn list(&self, dir: &Self::Dir) -> io::Result<Vec<String>>;
+    /// [`System::list`], and whether it left out a name that is not UTF-8 (a sign that the
+    /// directory is no lock's: the protocol makes no such name).
+    fn list_all(&self, dir: &Self::Dir) -> io::Result<(Vec<String>, bool)> {
+        Ok((self.list(dir)?, false))
+    }
     /// [`System::list`] of a directory the caller just opened for it, and lists once: where the
     /// platform can, `dir`'s own stream is read (no descriptor opened and closed for it: a
     /// release lists the queue on its way to the handoff). Listed again, it would be empty.

@@ -104,25 +104,49 @@ fn a_forced_unlock_leaves_a_symlink_at_the_lock_path() {
 }
 
 /// A directory of one's own at the lock path (`--force` at `photos.lock` by mistake) is left
-/// whole: it holds what no lock holds. (It was removed with all it held.) A damaged lock that
-/// holds only what a lock may (a record being written, a reader's entry) is removed.
+/// whole: it holds what no lock holds, by its name or its kind (a file named as a reader's
+/// entry, a record that is a directory of files, a name that is not UTF-8). (It was removed
+/// with all it held.) A damaged lock that holds only what a lock does (its record, one being
+/// written, a reader's entry holding its own) is removed.
 #[test]
 fn a_forced_unlock_leaves_a_directory_that_is_no_lock() {
+    use std::os::unix::ffi::OsStrExt;
     let fx = Fixture::new();
-    let mine = private_dir(&fx.dir().join("photos.lock"));
-    std::fs::create_dir(mine.join("2024")).unwrap();
-    std::fs::write(mine.join("2024").join("a.jpg"), "precious").unwrap();
-    let err = fx.locks.named_lock("photos").unlock(true).unwrap_err();
-    assert!(
-        matches!(&err, Error::Unsafe { problem, .. } if problem.contains("holds 2024, which a lock never holds")),
-        "{err}"
-    );
-    assert!(mine.join("2024").join("a.jpg").exists());
+    const UUID: &str = "8a1c0f2e-1b7e-4a57-9a43-2b6d7c2b9f10";
+    let reader = format!("reader.{UUID}");
     let stranger = |name: &str| fx.locks.named_lock(name).status().unwrap().stranger;
-    assert_eq!(stranger("photos").as_deref(), Some("2024"));
+    let nameless = std::ffi::OsStr::from_bytes(b"\xff.jpg");
+    let cases: [(&str, &[&Path], &str); 7] = [
+        ("photos", &[Path::new("2024/a.jpg")], "2024"),
+        ("book", &[Path::new("reader.md")], "reader.md"),
+        ("notes", &[Path::new("writer.txt")], "writer.txt"),
+        ("backup", &[Path::new("owner.json.bak")], "owner.json.bak"),
+        ("thesis", &[&Path::new(&reader).join("thesis.tex")], &reader),
+        ("data", &[Path::new("owner.json/data.txt")], "owner.json"),
+        ("odd", &[Path::new(nameless)], "a name that is not UTF-8"),
+    ];
+    for (name, files, first) in cases {
+        let mine = private_dir(&fx.dir().join(format!("{name}.lock")));
+        for f in files {
+            let f = mine.join(f);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(&f, "precious").unwrap();
+        }
+        let err = fx.locks.named_lock(name).unlock(true).unwrap_err();
+        let says = format!("holds {first}, which a lock never holds");
+        assert!(
+            matches!(&err, Error::Unsafe { problem, .. } if problem.contains(&says)),
+            "{name}: {err}"
+        );
+        assert_eq!(stranger(name).as_deref(), Some(first), "{name}");
+        for f in files {
+            assert_eq!(std::fs::read(mine.join(f)).unwrap(), b"precious", "{name}");
+        }
+    }
     let damaged = private_dir(&fx.dir().join("d.lock"));
-    std::fs::write(damaged.join("owner.json.5f0c6a3e"), "").unwrap();
-    private_dir(&damaged.join("reader.5f0c6a3e"));
+    std::fs::write(damaged.join(format!("owner.json.{UUID}")), "").unwrap();
+    private_dir(&damaged.join(&reader));
+    std::fs::write(damaged.join(&reader).join("owner.json"), "{}").unwrap();
     assert_eq!(stranger("d"), None);
     fx.locks.named_lock("d").unlock(true).unwrap();
     assert!(!damaged.exists());

@@ -460,11 +460,20 @@ fn status_json_represents_non_utf8_paths() {
     assert!(o.status.success(), "{}", text(&o.stderr));
 }
 
-/// A lock path that is not UTF-8 is refused as a usage error naming it, in either form.
+/// A lock path that is not UTF-8 is refused as a usage error naming it, in either form, and
+/// its control characters escaped (it must not forge a line).
 #[test]
 fn a_lock_path_that_is_not_utf8_is_named_in_the_refusal() {
     let fx = Fixture::new();
     let lock = fx.tmp.path().join(OsStr::from_bytes(b"odd-\xff")).join("x");
+    let forged = OsStr::from_bytes(b"x\xff\ndirlock: lock is free\r");
+    let o = out(Command::new(BIN).args(["status", "--lock"]).arg(forged));
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(64), "{err}");
+    assert!(
+        err.lines().count() == 1 && err.contains("\\u{a}dirlock"),
+        "{err}"
+    );
     for flag in [Some("--lock"), None] {
         let o = out(Command::new(BIN)
             .arg("run")

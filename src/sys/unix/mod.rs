@@ -421,6 +421,10 @@ impl System for Real {
     }
 
     fn list(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {
+        Ok(self.list_all(dir)?.0)
+    }
+
+    fn list_all(&self, dir: &OwnedFd) -> io::Result<(Vec<String>, bool)> {
         // A fresh descriptor, so that the directory stream's offset is our own.
         let fresh = self.open_dir_at(dir, ".")?;
         names(|each| platform::list(fresh, each))
@@ -428,7 +432,7 @@ impl System for Real {
 
     #[cfg(target_os = "linux")]
     fn list_opened(&self, dir: &OwnedFd) -> io::Result<Vec<String>> {
-        names(|each| linux::list_opened(dir, each))
+        Ok(names(|each| linux::list_opened(dir, each))?.0)
     }
 
     fn try_lock(&self, dir: &OwnedFd, exclusive: bool) -> io::Result<bool> {
@@ -577,17 +581,20 @@ pub(crate) fn keep_open_in_child(cmd: &mut std::process::Command, fd: RawFd) {
 }
 
 /// The names a platform's listing passes (see [`System::list`]): without `.` and `..`, and
-/// without those that are not UTF-8.
-fn names(list: impl FnOnce(&mut dyn FnMut(&[u8])) -> io::Result<()>) -> io::Result<Vec<String>> {
-    let mut names = Vec::new();
+/// without those that are not UTF-8 (and whether there were any such).
+fn names(
+    list: impl FnOnce(&mut dyn FnMut(&[u8])) -> io::Result<()>,
+) -> io::Result<(Vec<String>, bool)> {
+    let (mut names, mut more) = (Vec::new(), false);
     list(&mut |bytes| {
         // The protocol names everything it makes in ASCII: a name that is not UTF-8 is not
         // ours, and a lossy copy of it would name nothing (or something else).
         if bytes != b"." && bytes != b".." {
-            if let Ok(name) = std::str::from_utf8(bytes) {
-                names.push(name.to_owned());
+            match std::str::from_utf8(bytes) {
+                Ok(name) => names.push(name.to_owned()),
+                Err(_) => more = true,
             }
         }
     })?;
-    Ok(names)
+    Ok((names, more))
 }

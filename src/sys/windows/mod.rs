@@ -199,7 +199,7 @@ impl System for Real {
     fn open_file_at(&self, _at: &Dir, _name: &str, _create: bool) -> io::Result<Dir> {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
-            "a reclaim guard that is a file (made on a filesystem without a no-replace rename, by a Unix program) cannot be judged here",
+            "a takeover marker that is a file (made on a filesystem without a no-replace rename, by a Unix program) cannot be judged here",
         ))
     }
 

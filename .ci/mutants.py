@@ -487,8 +487,8 @@ MUTANTS = [
      """        drop(k);
         loop {
             let mut k = Contender::new(&sp, &req, &self.me)?;
-            if told {
-                k.told();
+            if let Some(blocked) = told {
+                k.told(blocked);
             }
             if !z.runs_alone() {
                 k.not_to_be_handed();

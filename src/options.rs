@@ -123,7 +123,8 @@ pub enum Blocked {
     },
 }
 
-/// A callback told once when an acquisition starts to wait.
+/// A callback told when an acquisition starts to wait, and again when what keeps it out
+/// changes kind (see [`crate::LockRequest::on_wait`]).
 pub(crate) type OnWait = Arc<dyn Fn(&Waiting) + Send + Sync>;
 
 /// Knobs of one acquisition (the builder [`crate::LockRequest`] fills them in).

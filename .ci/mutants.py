@@ -958,8 +958,8 @@ MUTANTS = [
      "    if false && unnamed {",
      "it", "hostile::a_forced_unlock_leaves_a_directory_that_is_no_lock"),
     ("forced-removal-removes-what-came-in-meanwhile", "src/reclaim/force.rs",
-     ".filter(|r| record_named(r))",
-     ".filter(|_| true)",
+     "        if record_named(&e) {",
+     "        if true || record_named(&e) {",
      "lib", "reclaim::force::tests::a_forced_removal_leaves_what_came_in_meanwhile"),
 
 ]

@@ -19,34 +19,13 @@ pub(super) fn remove_forced<S: System>(
     tomb: &str,
 ) -> Result<Reclaim, Error> {
     let sys = sp.sys;
-    // Each of a directory's records (a file, or an empty directory), then the directory.
-    let records = |at: &S::Dir, dir: &str| -> io::Result<()> {
-        let d = sys.open_dir_at(at, dir)?;
-        for r in sys.list(&d)?.iter().filter(|r| record_named(r)) {
-            let _ = sys
-                .remove_file_at(&d, r)
-                .or_else(|_| sys.remove_dir_at(&d, r));
-        }
-        sys.remove_dir_at(at, dir)
-    };
     let removed = match sys.meta_at(sp.dir, tomb).map(|m| m.kind == Kind::Dir) {
         Ok(false) => sys.remove_file_at(sp.dir, tomb),
-        Ok(true) => records(sp.dir, tomb),
+        Ok(true) => sys
+            .open_dir_at(sp.dir, tomb)
+            .and_then(|d| remove_records(sys, &d, true))
+            .and_then(|()| sys.remove_dir_at(sp.dir, tomb)),
         Err(e) => Err(e),
-    };
-    let removed = match removed {
-        Err(e) if is(&e, Errno::NotEmpty) || is(&e, Errno::Exists) => {
-            // A shared lock's readers' and writers' entries, then it again.
-            let d = sys.open_dir_at(sp.dir, tomb);
-            let parties = d.and_then(|d| sys.list(&d).map(|l| (d, l)));
-            if let Ok((d, list)) = parties {
-                for p in list.iter().filter(|p| party_named(p)) {
-                    let _ = records(&d, p);
-                }
-            }
-            records(sp.dir, tomb)
-        }
-        done => done,
     };
     match removed {
         Ok(()) => Ok(Reclaim::Done),
@@ -61,6 +40,25 @@ pub(super) fn remove_forced<S: System>(
         }
         Err(e) => Err(sp.io("remove the damaged lock set aside as", tomb, e)),
     }
+}
+
+/// Removes from `dir` what a lock holds: its records (each a file, or an empty directory),
+/// and with `parties` its readers' and writers' entries, emptied the same way. Anything else
+/// stays.
+fn remove_records<S: System>(sys: &S, dir: &S::Dir, parties: bool) -> io::Result<()> {
+    for e in sys.list(dir)? {
+        if record_named(&e) {
+            let _ = sys
+                .remove_file_at(dir, &e)
+                .or_else(|_| sys.remove_dir_at(dir, &e));
+        } else if parties && party_named(&e) {
+            if let Ok(party) = sys.open_dir_at(dir, &e) {
+                let _ = remove_records(sys, &party, false);
+            }
+            let _ = sys.remove_dir_at(dir, &e);
+        }
+    }
+    Ok(())
 }
 
 /// Under the guard, for a forced removal: `NAME` is still the directory (or the file) `id`

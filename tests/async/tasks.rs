@@ -240,27 +240,42 @@ fn a_task_queued_behind_another_is_told_who_holds_the_lock() {
     let holder = start_holder(&dir, &until);
     let locks = Locks::in_dir(&dir).unwrap();
     runtime(1).block_on(async {
-        let head = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let err = locks
-            .named_lock(LOCK)
-            .wait(Duration::from_millis(300))
-            .on_wait({
-                let told = told.clone();
-                move |w| told.lock().unwrap().push(w.owner.pid)
-            })
-            .acquire_async()
-            .await
-            .unwrap_err();
+        let (head, told, err) = behind_a_head(&locks, |w| w.owner.pid).await;
         assert!(matches!(err, Error::Timeout { .. }), "{err}");
         assert_eq!(err.owner().map(|o| o.pid), Some(holder.pid()), "{err}");
-        assert_eq!(*told.lock().unwrap(), vec![holder.pid()]);
+        assert_eq!(told, vec![holder.pid()]);
         std::fs::write(&until, "").unwrap();
         within(30, head).await.unwrap().unwrap().release().unwrap();
     });
     holder.finish();
     assert_eq!(entries(&dir), Vec::<String>::new());
+}
+
+/// A task that waits 300 ms for `LOCK` behind another (`head`, waiting for it with no
+/// deadline): what its `on_wait` was told (each time, as `note` takes it), and how it failed.
+async fn behind_a_head<T: Send + 'static>(
+    locks: &Locks,
+    note: impl Fn(&dirlock::Waiting) -> T + Send + Sync + 'static,
+) -> (
+    tokio::task::JoinHandle<Result<dirlock::LockGuard, Error>>,
+    Vec<T>,
+    Error,
+) {
+    let head = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let err = locks
+        .named_lock(LOCK)
+        .wait(Duration::from_millis(300))
+        .on_wait({
+            let told = told.clone();
+            move |w| told.lock().unwrap().push(note(w))
+        })
+        .acquire_async()
+        .await
+        .unwrap_err();
+    let told = std::mem::take(&mut *told.lock().unwrap());
+    (head, told, err)
 }
 
 /// A task queued behind another, at a lock whose holder seems to have ended, is told so, and
@@ -292,19 +307,7 @@ fn a_task_queued_behind_another_is_told_that_the_holder_has_ended() {
         .unwrap();
     let grace = |b: Option<&Blocked>| matches!(b, Some(Blocked::Grace { remaining, .. }) if *remaining > Duration::from_secs(50));
     runtime(1).block_on(async {
-        let head = tokio::spawn(locks.named_lock(LOCK).wait(Wait::Forever).acquire_async());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let err = locks
-            .named_lock(LOCK)
-            .wait(Duration::from_millis(300))
-            .on_wait({
-                let told = told.clone();
-                move |w| told.lock().unwrap().push(w.blocked.clone())
-            })
-            .acquire_async()
-            .await
-            .unwrap_err();
+        let (head, told, err) = behind_a_head(&locks, |w| w.blocked.clone()).await;
         match &err {
             Error::Timeout { blocked, .. } => assert!(grace(blocked.as_deref()), "{err:?}"),
             other => panic!("expected a timeout, got {other:?}"),
@@ -313,7 +316,6 @@ fn a_task_queued_behind_another_is_told_that_the_holder_has_ended() {
             err.to_string().contains("which seems to have ended"),
             "{err}"
         );
-        let told = told.lock().unwrap().clone();
         assert!(told.len() == 1 && grace(told.first()), "{told:?}");
         head.abort();
         assert!(head.await.is_err(), "the head waited out the grace period");

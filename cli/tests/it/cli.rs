@@ -541,9 +541,7 @@ fn sweep_counts_what_it_could_not_remove() {
     }
     let tmp = tempfile::tempdir().unwrap();
     std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
-    let dir = tmp.path().join("locks");
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::set_permissions(&dir, PermissionsExt::from_mode(0o700)).unwrap();
+    let dir = private_dir(&tmp.path().join("locks"));
     let mut made = vec![dir.clone()];
     for i in 0..3 {
         // A dead run's old candidate that holds what cannot be removed.

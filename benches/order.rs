@@ -99,31 +99,47 @@ fn explain(turns: &[Turn]) {
         overtaken += usize::from(passed > 0);
         most = most.max(passed);
     }
-    let Some((i, a)) = turns
-        .iter()
-        .enumerate()
-        .max_by_key(|(_, t)| t.taken - t.since)
-    else {
-        return;
+    // What each wait was made of: others served during it, their holds, and its longest
+    // stretch without a holder.
+    let made_of = |i: usize| {
+        let a = &turns[i];
+        let (mut held, mut gap, mut last, mut served) = (0u64, 0u64, a.since, 0usize);
+        // (An exclusive lock: holds follow one another, so those within the wait are the
+        // last ones before it ended.)
+        let within = turns[..i].iter().rev().take_while(|b| b.left > a.since).count();
+        for b in &turns[i - within..i] {
+            served += usize::from(b.taken > a.since);
+            let (from, to) = (b.taken.max(a.since), b.left.min(a.taken));
+            held += to.saturating_sub(from);
+            gap = gap.max(from.saturating_sub(last));
+            last = last.max(to);
+        }
+        (served, held, gap.max(a.taken.saturating_sub(last)))
     };
-    // Others' holds within the longest wait, and the largest stretch in it with none.
-    let (mut held, mut gap, mut last, mut served) = (0u64, 0u64, a.since, 0usize);
-    for b in turns[..i].iter().filter(|b| b.left > a.since) {
-        served += usize::from(b.taken > a.since);
-        let (from, to) = (b.taken.max(a.since), b.left.min(a.taken));
-        held += to.saturating_sub(from);
-        gap = gap.max(from.saturating_sub(last));
-        last = last.max(to);
-    }
-    gap = gap.max(a.taken.saturating_sub(last));
     let ms = |ns: u64| ns as f64 / 1e6;
-    println!("\n| waits | served after a later one (out of queue order) | most passed in one wait | longest wait | others served in it | their holds | longest stretch without a holder |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("\n| waits | served after a later one (out of queue order) | most passed in one wait |\n| ---: | ---: | ---: |");
     println!(
-        "| {} | {overtaken} ({:.2} %) | {most} | {:.1} ms | {served} | {:.2} ms | {:.1} ms |",
+        "| {} | {overtaken} ({:.2} %) | {most} |",
         turns.len(),
         100.0 * overtaken as f64 / turns.len().max(1) as f64,
-        ms(a.taken - a.since),
-        ms(held),
-        ms(gap),
     );
+    // The longest wait, and the longest with no turn in it (a turn leaves the lock free for
+    // 50 ms: a stretch of 25 ms or more without a holder is taken for one).
+    let by_length = |i: &usize| turns[*i].taken - turns[*i].since;
+    let longest = (0..turns.len()).max_by_key(by_length);
+    let without = (0..turns.len())
+        .filter(|&i| made_of(i).2 < 25_000_000)
+        .max_by_key(by_length);
+    println!("\n| wait | length | others served in it | their holds | longest stretch without a holder |\n| --- | ---: | ---: | ---: | ---: |");
+    for (what, i) in [("longest", longest), ("longest with no turn in it", without)] {
+        let Some(i) = i else { continue };
+        let (served, held, gap) = made_of(i);
+        let a = &turns[i];
+        println!(
+            "| {what} | {:.2} ms | {served} | {:.2} ms | {:.2} ms |",
+            ms(a.taken - a.since),
+            ms(held),
+            ms(gap)
+        );
+    }
 }

@@ -1,7 +1,6 @@
 //! How long to wait for a lock, and the other knobs of an acquisition.
 
 use crate::sys::CancelHandle;
-use std::cell::Cell;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -169,12 +168,11 @@ impl Options {
 }
 
 /// How long a waiter may try for a `flock` beside the lock: its time left (`None`: no
-/// deadline) and its cancel; and where to note whether another kept it at the first try.
+/// deadline) and its cancel.
 #[derive(Clone, Copy)]
 pub(crate) struct Bound<'c> {
     pub(crate) left: Option<Duration>,
     pub(crate) cancel: Option<&'c CancelHandle>,
-    pub(crate) kept: Option<&'c Cell<bool>>,
 }
 
 impl Bound<'_> {

@@ -264,6 +264,12 @@ impl Queued {
         format!("{:020}.{kind}.{}", self.number, self.token)
     }
 
+    /// Its place in the queue: by number, and among waiters that took the same number (at
+    /// the same moment: see `protocol::queue::join`), by token.
+    pub(crate) fn place(&self) -> (u64, &str) {
+        (self.number, &self.token)
+    }
+
     /// The waiter's entry named `entry`, if it is one (its token a safe name).
     pub(crate) fn parse(entry: &str) -> Option<Queued> {
         let (number, rest) = entry.split_once('.')?;

@@ -339,9 +339,6 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
         if !z.runs_alone() {
             k.not_to_be_handed();
         }
-        if let Some(p) = place {
-            k.share_unnumbered(p.tries());
-        }
         loop {
             if let Some(p) = place.filter(|p| !p.first()) {
                 // Numbers are taken in the order the tasks came (with a seat), then each

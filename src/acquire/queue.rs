@@ -11,7 +11,6 @@
 //! Plain `std` (a mutex and the tasks' wakers), so that the simulation drives the same queue.
 
 use crate::held::Who;
-use crate::protocol::Tries;
 use crate::sys::{Real, System};
 use std::collections::VecDeque;
 use std::future::Future;
@@ -68,11 +67,10 @@ impl Drop for Seat {
 }
 
 /// One lock's queue: who is in it, in turn (the first holds the turn), and the waker of each
-/// waiting task; and their tries for numbers in the lock's queue on disk (see [`Tries`]).
+/// waiting task.
 #[derive(Default)]
 pub(crate) struct Queue {
     line: Mutex<VecDeque<Spot>>,
-    tries: Arc<Mutex<Tries>>,
 }
 
 /// A task in a queue: who, its number in the lock's queue on disk once it took one (`tried`:
@@ -127,11 +125,6 @@ impl Place {
             who,
             pid: real.then(|| Real.pid()),
         }
-    }
-
-    /// The tries of this queue's tasks for their numbers on disk, shared by them all.
-    pub(crate) fn tries(&self) -> &Arc<Mutex<Tries>> {
-        &self.queue.tries
     }
 
     /// Whether this place is at the head of the queue: its turn.

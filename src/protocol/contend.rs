@@ -95,13 +95,19 @@ pub(crate) struct Waiting<S: System> {
     evidence: Evidence,
     pub(crate) until: Option<Duration>,
     keep: bool,
+    /// A queued writer behind another: that waiter's entry, which the wait watches instead of
+    /// the holder (see [`Ticket::thread_ahead`]); the holder is looked at again only when it
+    /// wakes (at least every [`System::look_again`]).
+    ///
+    /// [`Ticket::thread_ahead`]: crate::protocol::queue::Ticket::thread_ahead
+    ahead: Option<S::Dir>,
 }
 
 impl<S: System> Waiting<S> {
     /// Whether the holder waited for is judged by its beacon (its release or death lets the
     /// beacon go).
     pub(crate) fn on_beacon(&self) -> bool {
-        matches!(self.evidence, Evidence::Beacon(_))
+        matches!(self.evidence, Evidence::Beacon(_)) && self.ahead.is_none()
     }
 
     /// Whether it waits for a shared lock's readers, or (a reader) for a writer among them.
@@ -150,7 +156,6 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     queued: bool,
     deferred: queued::Deferral,
     turned: Option<Duration>,
-    unnumbered: queued::Unnumbered,
     /// A queued reader: the read lock it found with a live writer queued ahead of it, not yet
     /// in it, and since when it lets that writer go first.
     joining: Option<(FileId, Duration)>,
@@ -218,7 +223,6 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             queued: false,
             deferred: Default::default(),
             turned: None,
-            unnumbered: Default::default(),
             joining: None,
             handable: true,
             looked: !req.options.shared,
@@ -269,7 +273,10 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             last_seen: c.last_seen,
             shared: c.shared,
             entry: None,
-            ticket: self.ticket.take().inspect(|t| t.taken(sp)),
+            ticket: self.ticket.take().map(|mut t| {
+                t.taken(sp);
+                t
+            }),
         };
         self.withdraw();
         held
@@ -302,8 +309,12 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
 
     /// The watch of the wait `w` (`None`: nothing here can wake it; back off instead).
     pub(crate) fn watch(&self, w: &Waiting<S>) -> Option<S::Watch> {
+        let sys = self.sp.sys;
+        if let Some(entry) = &w.ahead {
+            return sys.watch(entry, None, true).unwrap_or(None);
+        }
         let (pid, beacon) = w.evidence.watched();
-        self.sp.sys.watch(&w.dir, pid, beacon).unwrap_or(None)
+        sys.watch(&w.dir, pid, beacon).unwrap_or(None)
     }
 
     /// Whether the lock is no longer what the wait `w` waits on: it is no longer the
@@ -313,6 +324,13 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         let free = |readers| beacon_free(sp.sys, &w.dir, readers).unwrap_or(false);
         if w.evidence == Evidence::Writer {
             return free(true); // no writer waits any more (each won, gave up or died)
+        }
+        // The waiter ahead of us no longer waits (it holds the lock, gave up or died).
+        if w.ahead
+            .as_ref()
+            .is_some_and(|e| beacon_free(sp.sys, e, true).unwrap_or(false))
+        {
+            return true;
         }
         let moved = sp
             .sys
@@ -445,6 +463,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
             evidence,
             until,
             keep,
+            ahead: None,
         })
     }
 
@@ -478,7 +497,11 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
         self.held_by(&owner, &judgement, meta.mtime)?;
         // Re-check between wake-ups only the fact the judgement rests on.
         let evidence = Evidence::of(&owner, judgement.liveness);
-        Ok(self.wait(dir, meta.id, evidence, None, true))
+        let mut next = self.wait(dir, meta.id, evidence, None, true);
+        if let Next::Wait(w) = &mut next {
+            w.ahead = self.in_line(evidence);
+        }
+        Ok(next)
     }
 
     /// A damaged lock that a process holds ([`Seen::InUse`]): fail fast with what is wrong,

@@ -3,12 +3,13 @@
 //! tombstone, reap). With [`crate::reclaim`] and [`crate::sweep`], the only code that changes
 //! lock state, and only through the [`System`] seam, relative to the lock directory's handle.
 
+mod beside;
 mod contend;
 pub(crate) mod queue;
 pub(crate) mod shared;
 mod stage;
 
-pub(crate) use contend::{ended::blocked_by, queued::Tries, Contender, Next, Waiting};
+pub(crate) use contend::{ended::blocked_by, Contender, Next, Waiting};
 pub(crate) use stage::{Held, Request};
 
 use crate::error::Error;

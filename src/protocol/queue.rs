@@ -1,9 +1,10 @@
 //! The queue of a lock's waiters, first come, first served. `NAME.queue` beside the lock holds
 //! one entry per waiting acquisition, `<number>.<w|r|t>.<token>` ([`Queued`]): made whole under a
-//! name of its own, then renamed to its number under the queue's exclusive `flock`, one above
-//! every entry then in it, so that numbers follow the order in which waiters came. Its waiter
+//! name of its own, then renamed to one above every number then in the queue, with no lock
+//! taken, so that numbers follow the order in which waiters came (see [`join`]). Its waiter
 //! holds the entry's exclusive `flock` while it waits: a free one proves it waits no longer
-//! (it is gone, or holds the lock: see [`Ticket::taken`]).
+//! (it is gone, or holds the lock: see [`Ticket::taken`]), and the writer queued behind it
+//! sleeps on it ([`Ticket::thread_ahead`]).
 //!
 //! - **Join** ([`join`]): an acquisition that finds the lock held, or a queue already there,
 //!   takes a number; it leaves ([`Ticket::leave`]) when it wins or gives up.
@@ -21,16 +22,13 @@
 //!   free then let it be for [`TURN_FOR`] ([`Ticket::turn_given`]). The last release out of
 //!   the queue removes the file (the next waiter to queue starts the clock again).
 
+use super::beside::{open_beside, still_beside};
 use super::stage::write_record;
 use crate::error::Error;
-use crate::options::{Bound, Persist};
 use crate::owner::Owner;
 use crate::paths::{candidate_name, queue_name, Queued, Waiter, TURN_FILE};
-use crate::space::{
-    is_not_dir, lock_persisting, make_candidate, not_found, remove_entry_dir, remove_tree, Space,
-};
-use crate::sys::{gone, is, Errno, System};
-use std::cell::Cell;
+use crate::space::{is_not_dir, make_candidate, not_found, remove_entry_dir, remove_tree, Space};
+use crate::sys::{is, Errno, System};
 use std::io;
 use std::time::Duration;
 
@@ -53,140 +51,35 @@ const TRIES: u32 = 8;
 /// before it releases the lock as if no one waited.
 const HANDOVER_TRIES: usize = 4;
 
-/// What [`hold_beside`] found.
-pub(crate) enum Beside<D> {
-    /// The directory, held, and still at its name.
-    Held(D),
-    /// Another process keeps a conflicting `flock` on it past the waiter's patience (one
-    /// stopped while it peeked, or that numbers its own entry: see [`AMONG_WAITERS`]), or the
-    /// waiter was cancelled meanwhile.
-    Busy,
-    /// The filesystem has no `flock`.
-    NoFlock,
-}
-
-/// A directory beside the lock (`NAME.queue`, `NAME.writers`), made if need be (private, or
-/// the group's in a group's lock directory), held with a `flock` (exclusive or shared) and
-/// checked to be still at its name. `what` names it in an error.
-pub(crate) fn hold_beside<S: System>(
-    sp: &Space<S>,
-    name: &str,
-    exclusive: bool,
-    what: &'static str,
-    bound: Bound<'_>,
-) -> Result<Beside<S::Dir>, Error> {
-    let failed = |e| sp.io("make the directory beside the lock", name, e);
-    let how = Persist {
-        patience: AMONG_WAITERS.patience.map(|p| bound.cap(p)),
-        ..AMONG_WAITERS
-    };
-    for _ in 0..TRIES {
-        let made = match sp.sys.mkdir_at(sp.dir, name) {
-            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(failed(e)),
-            made => made.is_ok(),
-        };
-        let dir = match sp.sys.open_made_dir_at(sp.dir, name) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) if is_not_dir(&e) => return Err(not_a_dir(sp, name, what)),
-            Err(e) => return Err(failed(e)),
-        };
-        let op = "lock the directory beside the lock";
-        let taken = match at_once(sp, &dir, exclusive, bound.kept) {
-            true => Ok(Some(true)),
-            false => lock_persisting(sp, &dir, name, exclusive, op, &how, bound.cancel),
-        };
-        match taken {
-            Ok(Some(true)) => {}
-            Ok(Some(false)) => return Ok(Beside::Busy),
-            Ok(None) => return Ok(Beside::NoFlock),
-            Err(e) if !not_found(&e) => return Err(e),
-            Err(_) => continue,
-        }
-        if made && sp.shared.is_some() {
-            // In a group's lock directory, the group's processes use it too.
-            let _ = sp.sys.set_mode(&dir, sp.dir_mode());
-        }
-        // (Removed by the last one out: see `sys::gone`.)
-        let here = match sp.sys.meta(&dir) {
-            Err(e) if gone(&e) => continue,
-            here => here.map_err(failed)?,
-        };
-        // What others may write or own is never trusted: it could hold waiters off for good.
-        if let Some(problem) = sp.private_problem(&here, "the directory") {
-            return Err(Error::Unsafe {
-                path: sp.entry(name),
-                problem,
-                fix: "remove it (no process needs it)".into(),
-            });
-        }
-        if sp.sys.meta_at(sp.dir, name).is_ok_and(|m| m.id == here.id) {
-            return Ok(Beside::Held(dir));
-        }
-    }
-    Err(failed(io::Error::other("it was removed again and again")))
-}
-
-/// Whether the `flock` of `dir` (exclusive or shared) is ours at a first try, made only if
-/// the waiter notes whether another kept it (`kept`).
-fn at_once<S: System>(
-    sp: &Space<S>,
-    dir: &S::Dir,
-    exclusive: bool,
-    kept: Option<&Cell<bool>>,
-) -> bool {
-    let Some(kept) = kept else {
-        return false;
-    };
-    let first = sp.sys.try_lock(dir, exclusive);
-    kept.set(matches!(first, Ok(false)));
-    first.is_ok_and(|t| t)
-}
-
-/// How a `flock` that waiters take for an instant, one after another, is retried (the queue's,
-/// to number an entry; `NAME.writers`' too, shared): pauses of 1 ms at most (not a peek's 10),
-/// lest one that has waited lose it to each newcomer, for about as long in all as a peek is
-/// waited for (150 ms, and 1,000 tries at most). See docs/performance.md.
-const AMONG_WAITERS: Persist = Persist {
-    first: Duration::from_micros(50),
-    most: Duration::from_millis(1),
-    tries: 1_000,
-    patience: Some(Duration::from_millis(150)),
-};
-
-/// The error of a file or symbolic link at `name`, where a directory for `what` belongs.
-fn not_a_dir<S: System>(sp: &Space<S>, name: &str, what: &str) -> Error {
-    Error::Unsafe {
-        path: sp.entry(name),
-        problem: format!(
-            "it is a file or a symbolic link, where dirlock keeps a directory for {what}"
-        ),
-        fix: "remove it (no process needs it; `dirlock sweep` does)".into(),
-    }
-}
-
 /// A waiter's place in the queue: its entry (whose exclusive `flock` it holds while it waits)
 /// and the queue.
 pub(crate) struct Ticket<S: System> {
-    pub(crate) number: u64,
-    entry: String,
-    dir: S::Dir,
+    me: Queued,
+    /// The entries in the queue when it took its number (all ahead of it): those it may wait
+    /// on (see [`Ticket::thread_ahead`]).
+    seen: Vec<String>,
+    /// The entry, open (its `flock` held) while its waiter waits; closed once it holds the
+    /// lock ([`Ticket::taken`]).
+    dir: Option<S::Dir>,
     queue: S::Dir,
 }
 
 /// What is queued ahead of a reader ([`Ticket::writer_ahead`]).
-pub(crate) enum Ahead<D> {
+pub(crate) enum Ahead<D, W = String> {
     /// No live writer.
     Nobody,
-    /// A live writer: its entry, open, and its token.
-    Writer(D, String),
+    /// A live writer: its entry, open, and its token (or its place).
+    Writer(D, W),
     /// It cannot be told (the queue or an entry cannot be read).
     Unknown,
 }
 
 /// Takes a number in `NAME`'s queue for the candidate of `record` (its token), a waiter of
-/// kind `kind`, trying for the queue's `flock` within `bound`. `Ok(None)` where there can be
-/// no queue (no `flock`), or its `flock` stays held: the acquisition then waits unqueued.
+/// kind `kind`: its entry, made whole under a name of its own and locked, is renamed to one
+/// above every number then in the queue. No lock is taken for it, and nothing waits: waiters
+/// that number at the same moment may take the same number, and then go by their tokens (see
+/// [`Queued::place`]). `Ok(None)` where there can be no queue (no `flock`): the acquisition
+/// then waits unqueued.
 ///
 /// # Errors
 ///
@@ -196,93 +89,117 @@ pub(crate) fn join<S: System>(
     lock: &str,
     record: &Owner,
     kind: Waiter,
-    bound: Bound<'_>,
 ) -> Result<Option<Ticket<S>>, Error> {
     let qname = queue_name(lock);
     for _ in 0..TRIES {
-        let Beside::Held(queue) = hold_beside(sp, &qname, true, "the lock's waiters", bound)?
-        else {
-            return Ok(None);
+        let Some(queue) = open_beside(sp, &qname, "the lock's waiters")? else {
+            continue;
         };
-        let ticket = number(sp, &qname, queue, record, kind);
-        match ticket {
+        // Once our entry is in it, the last one out cannot remove it (it is not empty); in a
+        // queue removed before, our entry cannot be made (we try again).
+        if !still_beside(sp, &qname, &queue)? {
+            continue;
+        }
+        match number(sp, &qname, queue, record, kind) {
             Err(e) if not_found(&e) && !sp.removed() => continue,
-            other => return other.map(Some),
+            other => return other,
         }
     }
     Ok(None)
 }
 
-/// Under the queue's exclusive `flock` (let go on the way out): the entry, made whole and
-/// renamed to the next number.
+/// The entry, made whole and renamed to the next number (`None`: the filesystem has no
+/// `flock`, which the entry needs).
 fn number<S: System>(
     sp: &Space<S>,
     qname: &str,
     queue: S::Dir,
     record: &Owner,
     kind: Waiter,
-) -> Result<Ticket<S>, Error> {
+) -> Result<Option<Ticket<S>>, Error> {
     let path = sp.entry(qname);
     let inq = sp.within(&queue, &path);
     let draft = format!("new.{}", record.token);
-    let made = make_candidate(&inq, &draft, true).and_then(|fresh| {
-        write_record(
-            &inq,
-            &fresh.dir,
-            &draft,
-            record,
-            false,
-            fresh.umask_stripped,
-        )?;
-        Ok(fresh.dir)
-    });
-    let numbered = made.and_then(|dir| {
-        let names = sp.sys.list(&queue).map_err(|e| sp.io("list", qname, e))?;
+    let fresh = make_candidate(&inq, &draft, true)?;
+    if !fresh.flocked {
+        drop(fresh.dir); // first: an open directory cannot be removed on Windows
+        remove_tree(sp.sys, &queue, &draft);
+        return Ok(None);
+    }
+    let made = write_record(
+        &inq,
+        &fresh.dir,
+        &draft,
+        record,
+        false,
+        fresh.umask_stripped,
+    );
+    let numbered = made.and_then(|()| {
+        let mut names = sp.sys.list(&queue).map_err(|e| sp.io("list", qname, e))?;
+        names.retain(|n| Queued::parse(n).is_some());
         let last = names
             .iter()
             .filter_map(|n| Queued::parse(n))
             .map(|q| q.number);
-        let mut me = Queued {
+        let me = Queued {
             number: last.max().unwrap_or(0) + 1,
             kind,
             token: record.token.clone(),
         };
-        // The queue's `flock` is ours: no one else numbers an entry now. (What another program
-        // put there is passed, never replaced: an entry is never empty.)
-        for _ in 0..TRIES {
-            match sp.sys.rename_noreplace(&queue, &draft, &me.name()) {
-                Ok(_) => return Ok((me, dir)),
-                Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => me.number += 1,
-                Err(e) => return Err(sp.io("number the waiter", qname, e)),
-            }
-        }
-        Err(sp.io(
-            "number the waiter",
-            qname,
-            io::Error::other("no free number"),
-        ))
+        let me = rename_to_number(sp, qname, &queue, &draft, me)?;
+        Ok((me, names))
     });
-    if numbered.is_err() {
-        remove_tree(sp.sys, &queue, &draft);
+    match numbered {
+        Ok((me, seen)) => Ok(Some(Ticket {
+            me,
+            seen,
+            dir: Some(fresh.dir),
+            queue,
+        })),
+        Err(e) => {
+            drop(fresh.dir);
+            remove_tree(sp.sys, &queue, &draft);
+            Err(e)
+        }
     }
-    let _ = sp.sys.unlock(&queue);
-    let (me, dir) = numbered?;
-    Ok(Ticket {
-        number: me.number,
-        entry: me.name(),
-        dir,
-        queue,
-    })
+}
+
+/// Renames `draft` in `queue` to the entry `me`, or to the next number free (what another
+/// program put there is passed, never replaced: an entry is never empty).
+fn rename_to_number<S: System>(
+    sp: &Space<S>,
+    qname: &str,
+    queue: &S::Dir,
+    draft: &str,
+    mut me: Queued,
+) -> Result<Queued, Error> {
+    for _ in 0..TRIES {
+        match sp.sys.rename_noreplace(queue, draft, &me.name()) {
+            Ok(_) => return Ok(me),
+            Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => me.number += 1,
+            Err(e) => return Err(sp.io("number the waiter", qname, e)),
+        }
+    }
+    let e = io::Error::other("no free number");
+    Err(sp.io("number the waiter", qname, e))
 }
 
 impl<S: System> Ticket<S> {
-    /// Lets go of the entry's `flock` once its waiter holds the lock: the entry reads as a
-    /// departed waiter's from then on, so that no release hands the lock to it again (its
-    /// candidate's name may hold the lock's previous directory, on its way to a tombstone) and
-    /// no waiter lets it go first. One `flock` call on the way to holding the lock (the entry
-    /// itself goes at the release, or with whoever finds it so first).
-    pub(crate) fn taken(&self, sp: &Space<S>) {
-        let _ = sp.sys.unlock(&self.dir);
+    /// Its number.
+    pub(crate) fn number(&self) -> u64 {
+        self.me.number
+    }
+
+    /// Lets go of the entry once its waiter holds the lock: its `flock` (for every copy a fork
+    /// made of it), then the entry itself, closed, which wakes the waiter queued behind it (see
+    /// [`Ticket::thread_ahead`]). The entry reads as a departed waiter's from then on, so that
+    /// no release hands the lock to it again (its candidate's name may hold the lock's
+    /// previous directory, on its way to a tombstone) and no waiter lets it go first. (The
+    /// entry itself goes at the release, or with whoever finds it so first.)
+    pub(crate) fn taken(&mut self, sp: &Space<S>) {
+        if let Some(dir) = self.dir.take() {
+            let _ = sp.sys.unlock(&dir);
+        }
     }
 
     /// Leaves the queue (won, or given up): the entry is removed, and the queue with it when
@@ -291,7 +208,12 @@ impl<S: System> Ticket<S> {
     /// Best effort: what remains, its `flock` let go, is passed over as a dead waiter's and
     /// removed by the next release or sweep.
     pub(crate) fn leave(self, sp: &Space<S>, lock: &str) {
-        remove_entry_dir(sp.sys, &self.queue, &self.entry, self.dir);
+        match self.dir {
+            Some(dir) => remove_entry_dir(sp.sys, &self.queue, &self.me.name(), dir),
+            None => {
+                remove_tree(sp.sys, &self.queue, &self.me.name());
+            }
+        }
         let qname = queue_name(lock);
         let here = sp.sys.meta(&self.queue).ok();
         let same = here.is_some_and(|h| sp.sys.meta_at(sp.dir, &qname).is_ok_and(|m| m.id == h.id));
@@ -306,7 +228,7 @@ impl<S: System> Ticket<S> {
     pub(crate) fn ahead(&self, sp: &Space<S>) -> Option<u64> {
         let names = in_order(sp.sys, &self.queue).ok()?;
         let mut first = None;
-        for q in names.iter().take_while(|q| q.number < self.number) {
+        for q in names.iter().take_while(|q| q.place() < self.me.place()) {
             if waits(sp.sys, &self.queue, q) != Some(false) {
                 first = first.or(Some(q.number));
             }
@@ -319,18 +241,52 @@ impl<S: System> Ticket<S> {
     /// while it waits, and lets go once it holds the lock, or is gone). Entries of dead
     /// waiters found on the way are removed.
     pub(crate) fn writer_ahead(&self, sp: &Space<S>) -> Ahead<S::Dir> {
+        match self.nearest_ahead(sp, |q| q.kind != Waiter::Reader) {
+            Ahead::Writer(entry, q) => Ahead::Writer(entry, q.token),
+            Ahead::Nobody => Ahead::Nobody,
+            Ahead::Unknown => Ahead::Unknown,
+        }
+    }
+
+    /// The entry, open, of the nearest live waiter queued ahead of this one when that waiter
+    /// is a thread that writes: a release hands the lock to it before us, and it lets go of
+    /// its entry once it holds it ([`Ticket::taken`]), or gives up or dies, so a writer waits
+    /// on that entry rather than on the holder, and only one waiter wakes at each handoff.
+    /// `None` when it is a reader or a task (which a release does not hand the lock to: we
+    /// then watch the holder, as they do), when no one is ahead, or when it cannot be told.
+    ///
+    /// Only a waiter that had its number when we took ours: one that drew a lower number
+    /// before but renamed its entry to it only later may be missed by a release that listed
+    /// the queue between, which hands the lock past it to us, and we would sleep on (found
+    /// by the simulation). A release that lists us lists the waiters we saw too, and tries
+    /// them first.
+    pub(crate) fn thread_ahead(&self, sp: &Space<S>) -> Option<S::Dir> {
+        match self.nearest_ahead(sp, |q| self.seen.contains(&q.name())) {
+            Ahead::Writer(entry, q) if q.kind == Waiter::Writer => Some(entry),
+            _ => None,
+        }
+    }
+
+    /// The nearest live waiter queued ahead of this one among those `among` lets count, its
+    /// entry opened (see [`Ticket::writer_ahead`]). Entries of dead waiters found on the way
+    /// are removed.
+    fn nearest_ahead(
+        &self,
+        sp: &Space<S>,
+        among: impl Fn(&Queued) -> bool,
+    ) -> Ahead<S::Dir, Queued> {
         let Ok(names) = in_order(sp.sys, &self.queue) else {
             return Ahead::Unknown;
         };
-        let ahead = names.iter().rev().filter(|q| q.number < self.number);
-        for q in ahead.filter(|q| q.kind != Waiter::Reader) {
+        let ahead = names
+            .into_iter()
+            .rev()
+            .filter(|q| q.place() < self.me.place());
+        for q in ahead.filter(|q| among(q)) {
             let mut keep = Vec::new();
-            match waits_keeping(sp.sys, &self.queue, q, &mut keep) {
+            match waits_keeping(sp.sys, &self.queue, &q, &mut keep) {
                 Some(false) => {}
-                Some(true) => {
-                    let writer = |entry| Ahead::Writer(entry, q.token.clone());
-                    return keep.pop().map_or(Ahead::Unknown, writer);
-                }
+                Some(true) => return keep.pop().map_or(Ahead::Unknown, |e| Ahead::Writer(e, q)),
                 None => return Ahead::Unknown,
             }
         }
@@ -347,7 +303,7 @@ impl<S: System> Ticket<S> {
         writers.iter().all(|t| {
             names
                 .iter()
-                .any(|q| q.token == *t && q.kind != Waiter::Reader && q.number > self.number)
+                .any(|q| q.token == *t && q.kind != Waiter::Reader && q.place() > self.me.place())
         })
     }
 
@@ -418,7 +374,7 @@ pub(crate) fn in_order<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Vec<Que
 /// The entries among `names`, first come first.
 fn ordered(names: Vec<String>) -> Vec<Queued> {
     let mut entries: Vec<Queued> = names.iter().filter_map(|n| Queued::parse(n)).collect();
-    entries.sort_by_key(|q| q.number);
+    entries.sort_by(|a, b| a.place().cmp(&b.place()));
     entries
 }
 
@@ -557,27 +513,63 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
         Err(e) if is_not_dir(&e) => return sp.sys.remove_file_at(sp.dir, qname).map(|()| true),
         other => other?,
     };
-    if !sp.sys.try_lock(&queue, true)? {
-        return Ok(false);
-    }
     let mut left = false;
     for name in sp.sys.list(&queue)? {
         match Queued::parse(&name) {
             Some(q) => {
                 left |= waits(sp.sys, &queue, &q) != Some(false);
             }
-            // A draft, made and locked under the queue's `flock`, which we hold: its maker is
-            // gone.
-            None if name.starts_with("new.") => {
-                remove_tree(sp.sys, &queue, &name);
-            }
+            // A draft, locked by its maker from just after it made it: free, its maker is gone
+            // (or has yet to lock it, and makes it anew when it finds it removed).
+            None if name.starts_with("new.") => left |= !dead_draft(sp.sys, &queue, &name),
             None => {}
         }
     }
     if !left {
         remove_tree(sp.sys, &queue, TURN_FILE);
     }
-    let removed = sp.sys.remove_dir_at(sp.dir, qname).is_ok();
-    let _ = sp.sys.unlock(&queue);
-    Ok(removed)
+    drop(queue); // first: an open directory cannot be removed on Windows
+    Ok(sp.sys.remove_dir_at(sp.dir, qname).is_ok())
+}
+
+/// Whether draft `name` in `queue` was left by a maker that is gone: its `flock` is free (it
+/// is then removed).
+fn dead_draft<S: System>(sys: &S, queue: &S::Dir, name: &str) -> bool {
+    let Ok(draft) = sys.open_dir_at(queue, name) else {
+        return true;
+    };
+    if !sys.try_lock(&draft, true).unwrap_or(false) {
+        return false;
+    }
+    remove_entry_dir(sys, queue, name, draft);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waiters that took one number at the same moment go by their tokens, in whatever order
+    /// a listing gives them: a release and the waiters behind them see one order.
+    #[test]
+    fn waiters_with_one_number_go_by_their_tokens() {
+        let name = |number: u64, token: &str| {
+            let kind = Waiter::Writer;
+            let token = token.to_owned();
+            Queued {
+                number,
+                kind,
+                token,
+            }
+            .name()
+        };
+        let listed = vec![
+            name(5, "tokb"),
+            name(5, "toka"),
+            TURN_FILE.into(),
+            name(4, "tokc"),
+        ];
+        let order: Vec<String> = ordered(listed).into_iter().map(|q| q.token).collect();
+        assert_eq!(order, ["tokc", "toka", "tokb"]);
+    }
 }

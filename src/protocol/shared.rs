@@ -23,7 +23,8 @@
 //!   before it is [`KEEP_FRESH`] old, so that it never looks older than their grace period
 //!   while a reader lives.
 
-use super::queue::{hold_beside, Beside, Ticket};
+use super::beside::{hold_beside, Beside};
+use super::queue::Ticket;
 use super::stage::{new_record, shared_record, write_record, Held, Request};
 use super::{check_held, retire_checked_own};
 use crate::error::Error;

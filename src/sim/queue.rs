@@ -27,7 +27,7 @@ impl State {
                 self.moving(slot, task, ino, &lock);
                 if let Entry::Candidate { token, .. } = classify(to) {
                     let holder = self.record(ino).map(|o| o.token).unwrap_or_default();
-                    self.handed_in_order(slot, &lock, &token, &holder);
+                    self.handed_in_order((slot, task), &lock, &token, &holder);
                 }
             }
         }
@@ -40,11 +40,20 @@ impl State {
         Ok(())
     }
 
-    /// I14: lock `lock`, handed by its holder (token `holder`, whose own entry stays in the
-    /// queue until it released) to the waiter whose token is `token`, passes no live waiter
-    /// queued before it: one whose entry is exclusively `flock`ed by a live process, and whose
-    /// candidate is still there to be handed the lock.
-    fn handed_in_order(&mut self, slot: usize, lock: &str, token: &str, holder: &str) {
+    /// I14: lock `lock`, handed by its holder `(slot, task)` (token `holder`, whose own entry
+    /// stays in the queue until it released) to the waiter whose token is `token`, passes no
+    /// live waiter queued before it: one ahead of it in the queue's order whose entry is
+    /// exclusively `flock`ed by a live process, whose candidate is still there to be handed the
+    /// lock, and which had its number when the holder last listed the queue (one numbered
+    /// since, with a number it drew before, was not there to be seen: see
+    /// `protocol::queue::join`).
+    fn handed_in_order(
+        &mut self,
+        (slot, task): (usize, usize),
+        lock: &str,
+        token: &str,
+        holder: &str,
+    ) {
         let Ok(queue) = self.lookup(self.d(), &queue_name(lock)) else {
             return;
         };
@@ -55,16 +64,15 @@ impl State {
             .iter()
             .filter_map(|(n, i)| Queued::parse(n).map(|q| (q, *i)))
             .collect();
-        let Some(number) = queued
-            .iter()
-            .find(|(q, _)| q.token == token)
-            .map(|(q, _)| q.number)
-        else {
+        let Some(me) = queued.iter().find(|(q, _)| q.token == token) else {
             return;
         };
+        let number = me.0.number;
+        let looked = self.book.listed.get(&(slot, task, queue)).copied();
         let passed = queued.iter().find(|(q, ino)| {
             let candidate = crate::paths::candidate_name(lock, &q.token);
-            q.number < number
+            let seen = looked.is_some_and(|l| self.book.numbered.get(ino).is_some_and(|n| *n < l));
+            seen && q.place() < me.0.place()
                 && q.token != holder
                 && self.lookup(self.d(), &candidate).is_ok()
                 && self.waiting(*ino)

@@ -38,6 +38,8 @@ pub(crate) struct Book {
     /// When (the step) each (slot, task) last listed each directory: a reader's look for
     /// writers. Forgotten when it takes that directory's shared `flock` again (a new join).
     pub(crate) listed: HashMap<(usize, usize, Ino), usize>,
+    /// When (the step) each queue entry took its number (was renamed to its numbered name).
+    pub(crate) numbered: HashMap<Ino, usize>,
     /// When (the step) an exclusive `flock` was last granted on each inode.
     pub(crate) flocked: HashMap<Ino, usize>,
     /// The last time the record of the shared lock named a live reader, or nobody read.
@@ -195,7 +197,7 @@ impl State {
                     true => self.tokens.get(&q.token) == Some(&(slot, task)),
                     false => q.token == token,
                 };
-                (ours && (q.kind == Waiter::Reader) == reader).then_some(q.number)
+                (ours && (q.kind == Waiter::Reader) == reader).then_some(q.place())
             })
         };
         matches!((number(true), number(false)), (Some(r), Some(w)) if r < w)

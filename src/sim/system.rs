@@ -325,6 +325,10 @@ impl System for SimSys {
             entries.insert(to.to_owned(), src);
             st.touch(dir);
             st.bump(src);
+            if crate::paths::Queued::parse(to).is_some() {
+                let step = st.trace.len();
+                st.book.numbered.insert(src, step);
+            }
             // The PlainRename mutant renames plainly believing it exclusive; FUSE says so.
             Ok(if st.fuse {
                 Renamed::Plain

@@ -106,6 +106,47 @@ fn waiters_are_served_in_the_order_they_came_and_status_lists_them_so() {
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 
+/// A writer queued behind another writer waits on that one's entry in the queue, not on the
+/// holder, so that a handoff wakes the next in line and not every waiter: with two writers
+/// queued behind a holder, the first one's entry is open twice (by itself, and by the second,
+/// which sleeps on it).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_writer_waits_on_the_writer_ahead_of_it_not_on_the_holder() {
+    let fx = Fixture::new();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    let queue = fx.dir().join(format!("{LOCK}.queue"));
+    let opened = |entry: &std::path::Path| {
+        let fds = std::fs::read_dir("/proc/self/fd").unwrap().flatten();
+        fds.filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == entry))
+            .count()
+    };
+    std::thread::scope(|s| {
+        let first = waiter(s, &fx, "first", Wait::Forever, &served);
+        let second = waiter(s, &fx, "second", Wait::Forever, &served);
+        let mut entries: Vec<_> = std::fs::read_dir(&queue)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".w."))
+            .map(|e| std::fs::canonicalize(e.path()).unwrap())
+            .collect();
+        entries.sort();
+        assert_eq!(entries.len(), 2, "two writers queued: {entries:?}");
+        let in_line = eventually(Duration::from_secs(10), || opened(&entries[0]) == 2);
+        let counts = (opened(&entries[0]), opened(&entries[1]));
+        held.release().unwrap();
+        first.join().unwrap().unwrap();
+        second.join().unwrap().unwrap();
+        assert!(
+            in_line,
+            "the second writer does not wait on the first one's entry (open {counts:?} times)"
+        );
+    });
+    assert_eq!(*served.lock().unwrap(), ["first", "second"]);
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
 /// Readers that wait behind a writer take their places in the queue (`status` lists them):
 /// they come in after that writer, together, and before a writer that came after them. That
 /// later writer keeps readers out (`NAME.writers`) while the first one holds the lock, which it

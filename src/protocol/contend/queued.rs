@@ -3,7 +3,7 @@
 //! handed to it, lets a live waiter ahead of it publish first, and leaves the queue when it
 //! wins or gives up, releasing a lock handed to it at the moment it gave up.
 
-use super::{Contender, Next};
+use super::{Contender, Evidence, Next};
 use crate::error::Error;
 use crate::options::Bound;
 use crate::paths::{queue_name, tombstone_name, Waiter as Kind};
@@ -14,9 +14,7 @@ use crate::protocol::stage::{
 };
 use crate::space::{not_found, remove_tree};
 use crate::sys::System;
-use std::cell::Cell;
 use std::io;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a waiter that finds the lock free lets a live waiter ahead of it publish first,
@@ -51,69 +49,6 @@ impl Deferral {
         };
         self.0 = Some((since, first, turns));
         now.saturating_sub(since) < DEFER
-    }
-}
-
-/// A waiter's tries for a number in the lock's queue, whose `flock` another may keep (a process
-/// stopped as it took its own): none within [`MARK_PATIENCE`] of a try that failed. A thread's
-/// are its own. The tasks of one runtime that wait for one lock share theirs
-/// ([`Contender::share_unnumbered`]): once one of them found the `flock` kept, the others try
-/// for [`BRIEFLY`] only (past an instant's peek or join, not a stopped process's keep) until
-/// one finds it free, so that their runtime's thread is kept by one of them at a time, not by
-/// each in turn.
-pub(crate) enum Unnumbered {
-    /// When the last try failed.
-    Own(Option<Duration>),
-    Shared(Arc<Mutex<Tries>>),
-}
-
-/// The tries of a runtime's tasks (see [`Unnumbered`]): whether the last found the `flock`
-/// kept, and when one failed last that tried for all its patience.
-#[derive(Default)]
-pub(crate) struct Tries {
-    kept: bool,
-    failed: Option<Duration>,
-}
-
-/// How long a task tries for the queue's `flock` once another task of its runtime found it kept.
-const BRIEFLY: Duration = Duration::from_millis(1);
-
-impl Default for Unnumbered {
-    fn default() -> Self {
-        Unnumbered::Own(None)
-    }
-}
-
-impl Unnumbered {
-    /// Whether to try now (`None`: not now), and for how long at most (`Some(None)`: as the
-    /// waiter's bound says).
-    fn patience(&self, now: Duration) -> Option<Option<Duration>> {
-        let recent = |t: Option<Duration>| t.is_some_and(|t| now.saturating_sub(t) < MARK_PATIENCE);
-        let (failed, kept) = match self {
-            Unnumbered::Own(failed) => (*failed, false),
-            Unnumbered::Shared(tries) => {
-                let tries = tries.lock().unwrap_or_else(|e| e.into_inner());
-                (tries.failed, tries.kept)
-            }
-        };
-        (!recent(failed)).then_some(kept.then_some(BRIEFLY))
-    }
-
-    /// A try at `now` that got a number or not (`got`), found the `flock` kept at first or not
-    /// (`kept`), and tried for all its patience or not (`whole`: not cut short by its own
-    /// deadline or cancel, which say nothing of the others').
-    fn tried(&mut self, now: Duration, got: bool, kept: bool, whole: bool) {
-        match self {
-            Unnumbered::Own(last) if !got => *last = Some(now),
-            Unnumbered::Own(_) => {}
-            Unnumbered::Shared(tries) => {
-                let mut tries = tries.lock().unwrap_or_else(|e| e.into_inner());
-                tries.kept = kept;
-                if !got && whole {
-                    tries.failed = Some(now);
-                }
-            }
-        }
     }
 }
 
@@ -211,6 +146,18 @@ impl<'r, S: System> Contender<'r, '_, S> {
             })
     }
 
+    /// What a queued writer that finds a live holder (whose beacon is its `evidence`) waits
+    /// on instead of that holder: the entry of the writer queued just ahead of it, when that
+    /// one is a thread (see [`queue::Ticket::thread_ahead`]). A task is handed nothing (it
+    /// watches the holder), nor is a reader.
+    pub(super) fn in_line(&self, evidence: Evidence) -> Option<S::Dir> {
+        let writes = self.c.as_ref().is_some_and(|c| !c.shared);
+        if !self.handable || !writes || !matches!(evidence, Evidence::Beacon(_)) {
+            return None;
+        }
+        self.ticket.as_ref()?.thread_ahead(self.sp)
+    }
+
     /// Takes a number in the queue now, once: a task that waits behind others of its runtime
     /// (see [`crate::acquire::queue`]). A reader stages its candidate for it (it stages one at
     /// its first look otherwise), as one about to wait behind a writer does; one that cannot
@@ -227,7 +174,7 @@ impl<'r, S: System> Contender<'r, '_, S> {
 
     /// Its number in the queue, while it has one.
     pub(crate) fn number(&self) -> Option<u64> {
-        self.ticket.as_ref().map(|t| t.number)
+        self.ticket.as_ref().map(|t| t.number())
     }
 
     /// How long a `flock` beside the lock may be tried for: the time left, and the cancel. A
@@ -237,7 +184,6 @@ impl<'r, S: System> Contender<'r, '_, S> {
         let bound = Bound {
             left: self.left(),
             cancel: self.cancel(),
-            kept: None,
         };
         match self.handable {
             true => bound,
@@ -260,33 +206,10 @@ impl<'r, S: System> Contender<'r, '_, S> {
             (false, true) => Kind::Writer,
             (false, false) => Kind::Task,
         };
-        // Once a round (or a task's poll), and one task of a runtime at a time: see
-        // `Unnumbered`.
-        let Some(patience) = self.unnumbered.patience(self.sp.sys.monotonic()) else {
-            return;
-        };
-        let kept = Cell::new(false);
-        let bound = match patience {
-            None => self.bound(),
-            Some(p) => self.bound().within(p),
-        };
-        let bound = Bound {
-            kept: Some(&kept),
-            ..bound
-        };
         // The queue orders waiters, and nothing more: one that cannot be used (not a private
         // directory, a full disk) leaves this acquisition to wait unqueued, as without one.
-        self.ticket = queue::join(self.sp, self.req.name, &c.owner, kind, bound).unwrap_or(None);
+        self.ticket = queue::join(self.sp, self.req.name, &c.owner, kind).unwrap_or(None);
         self.queued |= self.ticket.is_some();
-        let (now, got) = (self.sp.sys.monotonic(), self.ticket.is_some());
-        let whole = !self.expired() && !self.cancel().is_some_and(|c| c.is_fired());
-        self.unnumbered.tried(now, got, kept.get(), whole);
-    }
-
-    /// Shares its tries for a number ([`Unnumbered`]) with the other tasks of its runtime that
-    /// wait for this lock (`with`, kept in their runtime's queue).
-    pub(crate) fn share_unnumbered(&mut self, with: &Arc<Mutex<Tries>>) {
-        self.unnumbered = Unnumbered::Shared(with.clone());
     }
 
     /// Leaves the queue (won, or about to stage anew: a new candidate takes a new number).

@@ -196,8 +196,9 @@ fn the_record_of_long_reads_stays_fresh_for_the_reference() {
     eprintln!("long reads: {steps} steps");
 }
 
-/// A process stopped while it held the exclusive `flock` beside the lock (the queue's, taking
-/// its number; `NAME.writers`, a status peeking at it) makes no waiter fail, and keeps no
+/// A process stopped while it held the exclusive `flock` beside the lock (the queue's, which
+/// no one takes any more to number a waiter; `NAME.writers`, a status peeking at it) makes no
+/// waiter fail, and keeps no
 /// hurried one (a 10 ms timeout) past its deadline: the waiter waits without its place in the
 /// queue, or a writer without its mark, and tries for it again at its next round. (Found in
 /// review: a writer failed after 1.2 s, "removed again and again"; each round spent 150 ms
@@ -222,10 +223,9 @@ fn a_process_stopped_beside_the_lock_fails_no_waiter_and_delays_none() {
     }
 }
 
-/// Nor does it keep a runtime's thread from its other tasks: a task that waits tries for the
-/// queue's `flock` only for a moment in each poll, and one task of a runtime at a time (found
-/// in review: 150 ms a round, during which no other task of its runtime ran, no timer fired;
-/// then 10 ms a task, each in turn). Twelve writer and reader tasks, 40 seeds: a pass of the
+/// Nor does it keep a runtime's thread from its other tasks (found in review: 150 ms a round
+/// spent on the queue's `flock`, during which no other task of its runtime ran, no timer fired;
+/// then 10 ms a task, each in turn; numbers are now taken with no lock). Twelve writer and reader tasks, 40 seeds: a pass of the
 /// runtime over them slept up to 29 ms before they shared their tries, 15 since (on the
 /// virtual clock, where each system call of another process takes a millisecond).
 #[test]

@@ -55,38 +55,43 @@ impl Turn {
     }
 }
 
-/// The fairness section.
+/// The fairness section: dirlock's eight processes, then the kernel's `flock` in the same
+/// way, for comparison (nothing tells when a `flock` waiter is queued: its waits are not
+/// accounted for order).
 pub fn fairness(dir: &Path) {
     let _ = dirlock::Locks::in_dir(dir).unwrap();
-    let results = contend_in_processes(dir, &[("blocking", 1); 8]);
-    let counts: Vec<f64> = results.iter().map(|r| r.0).collect();
-    let mean = counts.iter().sum::<f64>() / counts.len() as f64;
-    let (lo, hi) = counts
-        .iter()
-        .fold((f64::MAX, 0f64), |(l, h), &c| (l.min(c), h.max(c)));
-    let longest = results.iter().map(|r| r.1).fold(0f64, f64::max);
     println!(
-        "\n### Fairness: 8 processes, one thread each, cycle for {} s\n",
+        "\n### Fairness: 8 processes, one thread each, cycle for {} s",
         contention_time().as_secs()
     );
-    println!("| acquisitions each | mean | lowest / highest share of the mean | longest single wait |\n| --- | ---: | ---: | ---: |");
-    let each: Vec<String> = counts.iter().map(|c| format!("{c:.0}")).collect();
-    println!(
-        "| {} | {mean:.0} | {:.1} % / {:.1} % | {:.1} ms |",
-        each.join(", "),
-        100.0 * lo / mean,
-        100.0 * hi / mean,
-        longest / 1000.0
-    );
-    let mut turns: Vec<Turn> = results.into_iter().flat_map(|r| r.2).collect();
-    turns.sort_by_key(|t| t.taken);
-    explain(&turns);
+    for kind in ["blocking", "flock"] {
+        let results = contend_in_processes(dir, &[(kind, 1); 8]);
+        let counts: Vec<f64> = results.iter().map(|r| r.0).collect();
+        let mean = counts.iter().sum::<f64>() / counts.len() as f64;
+        let (lo, hi) = counts
+            .iter()
+            .fold((f64::MAX, 0f64), |(l, h), &c| (l.min(c), h.max(c)));
+        let longest = results.iter().map(|r| r.1).fold(0f64, f64::max);
+        let lock = if kind == "flock" { "flock" } else { "**dirlock**" };
+        println!("\n{lock}:\n\n| acquisitions each | mean | lowest / highest share of the mean | longest single wait |\n| --- | ---: | ---: | ---: |");
+        let each: Vec<String> = counts.iter().map(|c| format!("{c:.0}")).collect();
+        println!(
+            "| {} | {mean:.0} | {:.1} % / {:.1} % | {:.1} ms |",
+            each.join(", "),
+            100.0 * lo / mean,
+            100.0 * hi / mean,
+            longest / 1000.0
+        );
+        let mut turns: Vec<Turn> = results.into_iter().flat_map(|r| r.2).collect();
+        turns.sort_by_key(|t| t.taken);
+        explain(&turns, kind != "flock");
+    }
 }
 
 /// Who was served during each wait, in taking order: the waits that a waiter which began to
 /// wait only after this one was surely queued overtook (out of queue order, with no doubt left
 /// by scheduling), and what the longest wait was made of.
-fn explain(turns: &[Turn]) {
+fn explain(turns: &[Turn], queued: bool) {
     let (mut overtaken, mut most) = (0usize, 0usize);
     for (i, a) in turns.iter().enumerate() {
         let queued = a.queued_by();
@@ -117,12 +122,14 @@ fn explain(turns: &[Turn]) {
         (served, held, gap.max(a.taken.saturating_sub(last)))
     };
     let ms = |ns: u64| ns as f64 / 1e6;
-    println!("\n| waits | served after a later one (out of queue order) | most passed in one wait |\n| ---: | ---: | ---: |");
-    println!(
-        "| {} | {overtaken} ({:.2} %) | {most} |",
-        turns.len(),
-        100.0 * overtaken as f64 / turns.len().max(1) as f64,
-    );
+    if queued {
+        println!("\n| waits | served after a later one (out of queue order) | most passed in one wait |\n| ---: | ---: | ---: |");
+        println!(
+            "| {} | {overtaken} ({:.2} %) | {most} |",
+            turns.len(),
+            100.0 * overtaken as f64 / turns.len().max(1) as f64,
+        );
+    }
     // The longest wait, and the longest with no turn in it (a turn leaves the lock free for
     // 50 ms: a stretch of 25 ms or more without a holder is taken for one).
     let by_length = |i: &usize| turns[*i].taken - turns[*i].since;

@@ -119,11 +119,11 @@ pub(crate) fn contention_time() -> Duration {
     Duration::from_secs(if quick() { 1 } else { 10 })
 }
 
-/// `--contend DIR blocking|async N`: says `ready`, and at a line on stdin, N threads (or N
-/// tasks on one thread) take and release the lock for [`contention_time`]; prints how many
-/// acquisitions they made and the longest wait, then (threads) each acquisition's [`Turn`], a
-/// line each, and an empty line.
-pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
+/// `--contend DIR blocking|async|flock N`: says `ready`, and at a line on stdin, N threads (or
+/// N tasks on one thread) take and release the lock (`flock`: the kernel's, on a file in
+/// `DIR`, for comparison) for [`contention_time`]; prints how many acquisitions they made and
+/// the longest wait, then (threads) each acquisition's [`Turn`], a line each, and an empty line.
+pub fn contend(dir: &Path, kind: &str, n: usize) {
     let locks = Locks::in_dir(dir).unwrap();
     println!("ready");
     std::io::stdout().flush().unwrap();
@@ -133,7 +133,7 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
     let longest = Arc::new(AtomicUsize::new(0));
     let turns = std::sync::Mutex::new(Vec::new());
     let left = move || end.saturating_duration_since(Instant::now());
-    if asynchronous {
+    if kind == "async" {
         runtime().block_on(async {
             let tasks: Vec<_> = (0..n)
                 .map(|_| {
@@ -164,6 +164,24 @@ pub fn contend(dir: &Path, asynchronous: bool, n: usize) {
                 s.spawn(|| {
                     while left() > Duration::ZERO {
                         let (t0, since) = (Instant::now(), now_ns());
+                        if kind == "flock" {
+                            let f = std::fs::File::create(dir.join("flock")).unwrap();
+                            f.lock().unwrap();
+                            let taken = now_ns();
+                            longest.fetch_max(t0.elapsed().as_micros() as usize, Ordering::Relaxed);
+                            let letting_go = now_ns();
+                            drop(f);
+                            count.fetch_add(1, Ordering::Relaxed);
+                            let turn = Turn {
+                                who: 0,
+                                since,
+                                told: 0,
+                                taken,
+                                left: letting_go,
+                            };
+                            turns.lock().unwrap().push(turn);
+                            continue;
+                        }
                         // When it is told it waits (each telling probes the holder's lock
                         // once, as `dirlock run`'s "waiting for" line does).
                         let told = Arc::new(AtomicU64::new(0));

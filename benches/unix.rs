@@ -536,7 +536,7 @@ pub fn main() {
             return super::tasks::once(dir(), args.get(3).is_some_and(|a| a == "async"))
         }
         Some("--contend") => {
-            return super::tasks::contend(dir(), args[3] == "async", args[4].parse().unwrap())
+            return super::tasks::contend(dir(), &args[3], args[4].parse().unwrap())
         }
         _ => {}
     }

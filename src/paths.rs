@@ -254,6 +254,10 @@ pub(crate) struct Queued {
 }
 
 impl Queued {
+    /// The highest number an entry can have (twenty digits, below 10^19): a waiter that finds
+    /// it taken (planted) takes it too, and goes by its token.
+    pub(crate) const TOP: u64 = 9_999_999_999_999_999_999;
+
     /// The entry's name.
     pub(crate) fn name(&self) -> String {
         let kind = match self.kind {
@@ -280,8 +284,7 @@ impl Queued {
             "t" => Waiter::Task,
             _ => return None,
         };
-        // Twenty digits, below 10^19: one more never overflows (a number planted at the top
-        // is not an entry).
+        // Twenty digits, below 10^19 (see `Queued::TOP`).
         let ok = number.len() == 20
             && number.starts_with('0')
             && number.bytes().all(|b| b.is_ascii_digit());

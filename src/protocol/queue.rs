@@ -142,7 +142,9 @@ fn number<S: System>(
             .filter_map(|n| Queued::parse(n))
             .map(|q| q.number);
         let me = Queued {
-            number: last.max().unwrap_or(0) + 1,
+            number: last
+                .max()
+                .map_or(1, |n| n.saturating_add(1).min(Queued::TOP)),
             kind,
             token: record.token.clone(),
         };
@@ -176,7 +178,9 @@ fn rename_to_number<S: System>(
     for _ in 0..TRIES {
         match sp.sys.rename_noreplace(queue, draft, &me.name()) {
             Ok(_) => return Ok(me),
-            Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => me.number += 1,
+            Err(e) if is(&e, Errno::Exists) || is(&e, Errno::NotEmpty) => {
+                me.number = me.number.saturating_add(1).min(Queued::TOP);
+            }
             Err(e) => return Err(sp.io("number the waiter", qname, e)),
         }
     }
@@ -533,10 +537,13 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
 }
 
 /// Whether draft `name` in `queue` was left by a maker that is gone: its `flock` is free (it
-/// is then removed).
+/// is then removed). What is no directory is no one's draft, and is removed.
 fn dead_draft<S: System>(sys: &S, queue: &S::Dir, name: &str) -> bool {
-    let Ok(draft) = sys.open_dir_at(queue, name) else {
-        return true;
+    let draft = match sys.open_dir_at(queue, name) {
+        Ok(draft) => draft,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
+        Err(e) if is_not_dir(&e) => return sys.remove_file_at(queue, name).is_ok(),
+        Err(_) => return false,
     };
     if !sys.try_lock(&draft, true).unwrap_or(false) {
         return false;

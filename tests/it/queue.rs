@@ -353,6 +353,35 @@ fn planted_entries_neither_fail_nor_reorder_the_queue() {
     assert_eq!(left, ["18446744073709551615.w.top"]);
 }
 
+/// A live entry planted at the highest number an entry can have: waiters that come after it
+/// take that number too (one more would be no entry: `status` listed none of them, and no
+/// release handed them the lock), and are served.
+#[test]
+fn waiters_behind_a_planted_top_number_stay_in_the_queue() {
+    let fx = Fixture::new();
+    let queue = fx.dir().join(format!("{LOCK}.queue"));
+    std::fs::create_dir(&queue).unwrap();
+    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let top = queue.join("09999999999999999999.w.planted");
+    std::fs::create_dir(&top).unwrap();
+    let planted = std::fs::File::open(&top).unwrap();
+    planted.lock().unwrap();
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    std::thread::scope(|s| {
+        let a = waiter(s, &fx, "a", Wait::Forever, &served);
+        let b = waiter(s, &fx, "b", Wait::Forever, &served);
+        let mut listed = queued(&fx);
+        listed.sort();
+        assert_eq!(listed, ["a", "b"], "status lists both waiters");
+        drop(planted);
+        held.release().unwrap();
+        a.join().unwrap().unwrap();
+        b.join().unwrap().unwrap();
+    });
+    assert_eq!(served.lock().unwrap().len(), 2);
+}
+
 /// Waiters handed the lock in quick succession, in four processes: each release finds its lock
 /// where it left it (once, a holder's own entry, still in the queue, was handed the lock again:
 /// the lock went back to the name the previous holder was retiring, which that release then
@@ -497,6 +526,38 @@ fn queue_worker() {
         }
         held.release().unwrap();
     }
+}
+
+/// A sweep removes the drafts of waiters that died taking their numbers (`new.<token>`, its
+/// `flock` free) and what is no directory at such a name, and keeps a draft whose maker holds
+/// it, and the queue with it.
+#[test]
+fn a_sweep_removes_dead_drafts_and_keeps_a_live_one() {
+    let fx = Fixture::new();
+    let queue = fx.dir().join(format!("{LOCK}.queue"));
+    std::fs::create_dir(&queue).unwrap();
+    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::create_dir(queue.join("new.dead")).unwrap();
+    std::fs::write(queue.join("new.file"), "").unwrap();
+    std::os::unix::fs::symlink("/", queue.join("new.link")).unwrap();
+    std::fs::create_dir(queue.join("new.live")).unwrap();
+    let live = std::fs::File::open(queue.join("new.live")).unwrap();
+    live.lock().unwrap();
+    let swept = fx.locks.sweep(Duration::ZERO).unwrap();
+    assert_eq!(
+        swept.removed,
+        Vec::<String>::new(),
+        "a queue with a live draft removed"
+    );
+    let left: Vec<String> = std::fs::read_dir(&queue)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left, ["new.live"]);
+    drop(live);
+    let swept = fx.locks.sweep(Duration::ZERO).unwrap();
+    assert_eq!(swept.removed, [format!("{LOCK}.queue")]);
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers of a sweep");
 }
 
 /// A queue left with only a dead waiter's entry (a waiter killed while it waited) and its turn

@@ -336,8 +336,7 @@ fn a_waiter_that_gives_up_leaves_its_place_and_nothing_behind() {
 fn planted_entries_neither_fail_nor_reorder_the_queue() {
     let fx = Fixture::new();
     let queue = fx.dir().join(format!("{LOCK}.queue"));
-    std::fs::create_dir(&queue).unwrap();
-    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    private_dir(&queue);
     // A number at the top (one more would overflow), a file and a directory nobody locks.
     std::fs::create_dir(queue.join("18446744073709551615.w.top")).unwrap();
     std::fs::write(queue.join("00000000000000000001.w.file"), "").unwrap();
@@ -360,8 +359,7 @@ fn planted_entries_neither_fail_nor_reorder_the_queue() {
 fn waiters_behind_a_planted_top_number_stay_in_the_queue() {
     let fx = Fixture::new();
     let queue = fx.dir().join(format!("{LOCK}.queue"));
-    std::fs::create_dir(&queue).unwrap();
-    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    private_dir(&queue);
     let top = queue.join("09999999999999999999.w.planted");
     std::fs::create_dir(&top).unwrap();
     let planted = std::fs::File::open(&top).unwrap();
@@ -535,8 +533,7 @@ fn queue_worker() {
 fn a_sweep_removes_dead_drafts_and_keeps_a_live_one() {
     let fx = Fixture::new();
     let queue = fx.dir().join(format!("{LOCK}.queue"));
-    std::fs::create_dir(&queue).unwrap();
-    std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    private_dir(&queue);
     std::fs::create_dir(queue.join("new.dead")).unwrap();
     std::fs::write(queue.join("new.file"), "").unwrap();
     std::os::unix::fs::symlink("/", queue.join("new.link")).unwrap();
@@ -549,10 +546,8 @@ fn a_sweep_removes_dead_drafts_and_keeps_a_live_one() {
         Vec::<String>::new(),
         "a queue with a live draft removed"
     );
-    let left: Vec<String> = std::fs::read_dir(&queue)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    let left = std::fs::read_dir(&queue).unwrap().flatten();
+    let left: Vec<_> = left.map(|e| e.file_name()).collect();
     assert_eq!(left, ["new.live"]);
     drop(live);
     let swept = fx.locks.sweep(Duration::ZERO).unwrap();
@@ -569,9 +564,7 @@ fn a_release_or_a_sweep_removes_a_queue_left_to_the_dead() {
     let queue = fx.dir().join(format!("{LOCK}.queue"));
     let turn = queue.join("turn");
     let plant = |age: Option<Duration>| {
-        std::fs::create_dir(&queue).unwrap();
-        std::fs::set_permissions(&queue, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
+        private_dir(&queue);
         std::fs::create_dir(queue.join("00000000000000000001.w.dead")).unwrap();
         match age {
             Some(age) => std::fs::File::create(&turn)

@@ -216,3 +216,13 @@ pub fn resume(pids: &[u32]) {
         assert!(signal(pid, libc::SIGCONT), "SIGCONT to {pid} failed");
     }
 }
+
+/// Opens `path` (a directory) and takes its exclusive `flock`, held until the file is closed
+/// (`File::lock` is newer than the crate's minimum Rust).
+pub fn flocked(path: &std::path::Path) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: `f` is open; flock takes no pointers.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    f
+}

@@ -362,8 +362,7 @@ fn waiters_behind_a_planted_top_number_stay_in_the_queue() {
     private_dir(&queue);
     let top = queue.join("09999999999999999999.w.planted");
     std::fs::create_dir(&top).unwrap();
-    let planted = std::fs::File::open(&top).unwrap();
-    planted.lock().unwrap();
+    let planted = crate::common::sys::flocked(&top);
     let served = Arc::new(Mutex::new(Vec::new()));
     let held = fx.locks.named_lock(LOCK).acquire().unwrap();
     std::thread::scope(|s| {
@@ -538,8 +537,7 @@ fn a_sweep_removes_dead_drafts_and_keeps_a_live_one() {
     std::fs::write(queue.join("new.file"), "").unwrap();
     std::os::unix::fs::symlink("/", queue.join("new.link")).unwrap();
     std::fs::create_dir(queue.join("new.live")).unwrap();
-    let live = std::fs::File::open(queue.join("new.live")).unwrap();
-    live.lock().unwrap();
+    let live = crate::common::sys::flocked(&queue.join("new.live"));
     let swept = fx.locks.sweep(Duration::ZERO).unwrap();
     assert_eq!(
         swept.removed,

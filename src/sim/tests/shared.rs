@@ -376,6 +376,9 @@ fn regressions_of_shared_locks() {
         // Moved again when a runtime's tasks shared their tries for the queue's `flock`.
         (3, 10, true, 0),
         (4, 12, true, 0),
+        // Moved again when numbers were taken with no lock.
+        (0, 60, true, 0),
+        (5, 0, false, 0),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

@@ -116,8 +116,8 @@ pub(crate) fn still_beside<S: System>(
 
 /// How a `flock` that waiters take for an instant, one after another, is retried
 /// (`NAME.writers`', shared): pauses of 1 ms at most (not a peek's 10), lest one that has
-/// waited lose it to each newcomer, for about as long in all as a peek is waited for (150 ms,
-/// and 1,000 tries at most).
+/// waited lose it to each newcomer, for 150 ms and 1,000 tries at most, and never past the
+/// caller's bound (a writer's is `MARK_PATIENCE`, 10 ms).
 const AMONG_WAITERS: Persist = Persist {
     first: Duration::from_micros(50),
     most: Duration::from_millis(1),

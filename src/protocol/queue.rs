@@ -57,7 +57,7 @@ pub(crate) struct Ticket<S: System> {
     me: Queued,
     /// The entries in the queue when it took its number (all ahead of it): those it may wait
     /// on (see [`Ticket::thread_ahead`]).
-    seen: Vec<String>,
+    seen: Vec<Queued>,
     /// The entry, open (its `flock` held) while its waiter waits; closed once it holds the
     /// lock ([`Ticket::taken`]).
     dir: Option<S::Dir>,
@@ -135,12 +135,9 @@ fn number<S: System>(
         fresh.umask_stripped,
     );
     let numbered = made.and_then(|()| {
-        let mut names = sp.sys.list(&queue).map_err(|e| sp.io("list", qname, e))?;
-        names.retain(|n| Queued::parse(n).is_some());
-        let last = names
-            .iter()
-            .filter_map(|n| Queued::parse(n))
-            .map(|q| q.number);
+        let names = sp.sys.list(&queue).map_err(|e| sp.io("list", qname, e))?;
+        let seen: Vec<Queued> = names.iter().filter_map(|n| Queued::parse(n)).collect();
+        let last = seen.iter().map(|q| q.number);
         let me = Queued {
             number: last
                 .max()
@@ -149,7 +146,7 @@ fn number<S: System>(
             token: record.token.clone(),
         };
         let me = rename_to_number(sp, qname, &queue, &draft, me)?;
-        Ok((me, names))
+        Ok((me, seen))
     });
     match numbered {
         Ok((me, seen)) => Ok(Some(Ticket {
@@ -233,7 +230,7 @@ impl<S: System> Ticket<S> {
         let names = in_order(sp.sys, &self.queue).ok()?;
         let mut first = None;
         for q in names.iter().take_while(|q| q.place() < self.me.place()) {
-            if waits(sp.sys, &self.queue, q) != Some(false) {
+            if waits(sp.sys, &self.queue, &q.name()) != Some(false) {
                 first = first.or(Some(q.number));
             }
         }
@@ -265,7 +262,7 @@ impl<S: System> Ticket<S> {
     /// by the simulation). A release that lists us lists the waiters we saw too, and tries
     /// them first.
     pub(crate) fn thread_ahead(&self, sp: &Space<S>) -> Option<S::Dir> {
-        match self.nearest_ahead(sp, |q| self.seen.contains(&q.name())) {
+        match self.nearest_ahead(sp, |q| self.seen.contains(q)) {
             Ahead::Writer(entry, q) if q.kind == Waiter::Writer => Some(entry),
             _ => None,
         }
@@ -288,7 +285,7 @@ impl<S: System> Ticket<S> {
             .filter(|q| q.place() < self.me.place());
         for q in ahead.filter(|q| among(q)) {
             let mut keep = Vec::new();
-            match waits_keeping(sp.sys, &self.queue, &q, &mut keep) {
+            match waits_keeping(sp.sys, &self.queue, &q.name(), &mut keep) {
                 Some(false) => {}
                 Some(true) => return keep.pop().map_or(Ahead::Unknown, |e| Ahead::Writer(e, q)),
                 None => return Ahead::Unknown,
@@ -395,7 +392,7 @@ pub(crate) fn writer_queued<S: System>(sp: &Space<S>, lock: &str) -> bool {
     names
         .iter()
         .filter(|q| q.kind != Waiter::Reader)
-        .any(|q| waits(sp.sys, &queue, q) != Some(false))
+        .any(|q| waits(sp.sys, &queue, &q.name()) != Some(false))
 }
 
 /// Removes `NAME.queue` when all it holds is its turn file, for the last waiter out that gave
@@ -422,11 +419,12 @@ pub(crate) fn remove_if_empty<S: System>(sp: &Space<S>, lock: &str) {
     let _ = sp.sys.remove_dir_at(sp.dir, &queue_name(lock));
 }
 
-/// Whether the waiter of entry `q` of `queue` still waits: `Some(false)` when its `flock` is
-/// free (it is gone, or holds the lock: the entry is removed) or the entry is gone, `None`
-/// when it cannot be told.
-fn waits<S: System>(sys: &S, queue: &S::Dir, q: &Queued) -> Option<bool> {
-    waits_keeping(sys, queue, q, &mut Vec::new())
+/// Whether the waiter of entry `name` of `queue` (or of a draft, `new.<token>`, which its
+/// maker locks as it makes it) still waits: `Some(false)` when its `flock` is free (it is gone,
+/// or holds the lock: the entry is removed) or the entry is gone, `None` when it cannot be
+/// told.
+fn waits<S: System>(sys: &S, queue: &S::Dir, name: &str) -> Option<bool> {
+    waits_keeping(sys, queue, name, &mut Vec::new())
 }
 
 /// [`waits`], keeping the entry it opened, when it waits, in `keep` (closed later: off the way
@@ -434,23 +432,22 @@ fn waits<S: System>(sys: &S, queue: &S::Dir, q: &Queued) -> Option<bool> {
 fn waits_keeping<S: System>(
     sys: &S,
     queue: &S::Dir,
-    q: &Queued,
+    name: &str,
     keep: &mut Vec<S::Dir>,
 ) -> Option<bool> {
-    let name = q.name();
-    let dir = match sys.open_dir_at(queue, &name) {
+    let dir = match sys.open_dir_at(queue, name) {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(false),
         // A file or a symbolic link: no waiter's (none makes one), removed.
         Err(e) if is_not_dir(&e) => {
-            let _ = sys.remove_file_at(queue, &name);
+            let _ = sys.remove_file_at(queue, name);
             return Some(false);
         }
         Err(_) => return None,
     };
     match sys.try_lock(&dir, true) {
         Ok(true) => {
-            remove_entry_dir(sys, queue, &name, dir);
+            remove_entry_dir(sys, queue, name, dir);
             Some(false)
         }
         Ok(false) => {
@@ -478,7 +475,7 @@ pub(crate) fn hand_over<S: System>(
     let mut handed = None;
     let (mut alone, mut turned) = (true, None);
     for q in names.iter().filter(|q| q.token != token) {
-        let waits = waits_keeping(sp.sys, &queue, q, keep);
+        let waits = waits_keeping(sp.sys, &queue, &q.name(), keep);
         alone &= waits == Some(false);
         match waits {
             Some(false) => continue,
@@ -519,14 +516,10 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
     };
     let mut left = false;
     for name in sp.sys.list(&queue)? {
-        match Queued::parse(&name) {
-            Some(q) => {
-                left |= waits(sp.sys, &queue, &q) != Some(false);
-            }
-            // A draft, locked by its maker from just after it made it: free, its maker is gone
-            // (or has yet to lock it, and makes it anew when it finds it removed).
-            None if name.starts_with("new.") => left |= !dead_draft(sp.sys, &queue, &name),
-            None => {}
+        // A draft is locked by its maker from just after it made it: free, its maker is gone
+        // (or has yet to lock it, and makes it anew when it finds it removed).
+        if Queued::parse(&name).is_some() || name.starts_with("new.") {
+            left |= waits(sp.sys, &queue, &name) != Some(false);
         }
     }
     if !left {
@@ -534,22 +527,6 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
     }
     drop(queue); // first: an open directory cannot be removed on Windows
     Ok(sp.sys.remove_dir_at(sp.dir, qname).is_ok())
-}
-
-/// Whether draft `name` in `queue` was left by a maker that is gone: its `flock` is free (it
-/// is then removed). What is no directory is no one's draft, and is removed.
-fn dead_draft<S: System>(sys: &S, queue: &S::Dir, name: &str) -> bool {
-    let draft = match sys.open_dir_at(queue, name) {
-        Ok(draft) => draft,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
-        Err(e) if is_not_dir(&e) => return sys.remove_file_at(queue, name).is_ok(),
-        Err(_) => return false,
-    };
-    if !sys.try_lock(&draft, true).unwrap_or(false) {
-        return false;
-    }
-    remove_entry_dir(sys, queue, name, draft);
-    true
 }
 
 #[cfg(test)]

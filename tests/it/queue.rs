@@ -335,8 +335,7 @@ fn a_waiter_that_gives_up_leaves_its_place_and_nothing_behind() {
 #[test]
 fn planted_entries_neither_fail_nor_reorder_the_queue() {
     let fx = Fixture::new();
-    let queue = fx.dir().join(format!("{LOCK}.queue"));
-    private_dir(&queue);
+    let queue = private_dir(&fx.dir().join(format!("{LOCK}.queue")));
     // A number at the top (one more would overflow), a file and a directory nobody locks.
     std::fs::create_dir(queue.join("18446744073709551615.w.top")).unwrap();
     std::fs::write(queue.join("00000000000000000001.w.file"), "").unwrap();
@@ -358,8 +357,7 @@ fn planted_entries_neither_fail_nor_reorder_the_queue() {
 #[test]
 fn waiters_behind_a_planted_top_number_stay_in_the_queue() {
     let fx = Fixture::new();
-    let queue = fx.dir().join(format!("{LOCK}.queue"));
-    private_dir(&queue);
+    let queue = private_dir(&fx.dir().join(format!("{LOCK}.queue")));
     let top = queue.join("09999999999999999999.w.planted");
     std::fs::create_dir(&top).unwrap();
     let planted = crate::common::sys::flocked(&top);
@@ -531,8 +529,7 @@ fn queue_worker() {
 #[test]
 fn a_sweep_removes_dead_drafts_and_keeps_a_live_one() {
     let fx = Fixture::new();
-    let queue = fx.dir().join(format!("{LOCK}.queue"));
-    private_dir(&queue);
+    let queue = private_dir(&fx.dir().join(format!("{LOCK}.queue")));
     std::fs::create_dir(queue.join("new.dead")).unwrap();
     std::fs::write(queue.join("new.file"), "").unwrap();
     std::os::unix::fs::symlink("/", queue.join("new.link")).unwrap();

@@ -116,6 +116,25 @@ fn a_record_naming_this_process_with_a_foreign_token_is_a_dead_owners() {
 
 // ---- 9. Observers never make an acquisition fail ------------------------------------------
 
+/// A temp cleaner removes the lock directory between two acquisitions by one `Locks` (and
+/// `mkdir` makes another at its path): the next acquisition takes its lock in the directory at
+/// the path, where others see it, not in the removed one, where it would exclude no one.
+#[test]
+fn an_acquisition_after_the_lock_directory_was_removed_takes_the_lock_where_others_look() {
+    let fx = Fixture::new();
+    let once = || fx.locks.named_lock("c.lock").acquire().unwrap();
+    once().release().unwrap();
+    for remake in [false, true] {
+        std::fs::remove_dir_all(fx.dir()).unwrap();
+        if remake {
+            private_dir(fx.dir());
+        }
+        let g = once();
+        assert!(fx.dir().join("c.lock").join("owner.json").is_file());
+        g.release().unwrap();
+    }
+}
+
 #[test]
 fn waiters_survive_the_lock_directory_being_removed() {
     let fx = Fixture::new();

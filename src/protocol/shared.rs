@@ -243,15 +243,16 @@ impl<S: System> Intent<S> {
     }
 
     /// Takes the writer out (best effort: what remains is removed with the lock, or by the
-    /// next writer or sweep): readers come in again. The last waiting writer out removes
-    /// `NAME.writers`.
+    /// next writer or sweep): its entry first, then its hold on `NAME.writers`, and readers
+    /// come in again (never past the entry of a writer that is leaving, as if it waited). The
+    /// last waiting writer out removes `NAME.writers`.
     pub(crate) fn withdraw(self, sp: &Space<S>, name: &str) {
-        let _ = sp.sys.unlock(&self.writers);
-        remove_writers_if_free(sp, name, &self.writers);
-        drop(self.writers);
-        if let Some((lock, id, e)) = self.entry {
+        let Intent { writers, entry } = self;
+        if let Some((lock, id, e)) = entry {
             leave_lock(sp, name, lock, id, e);
         }
+        let _ = sp.sys.unlock(&writers);
+        remove_writers_if_free(sp, name, &writers);
     }
 }
 

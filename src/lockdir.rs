@@ -6,9 +6,7 @@
 use crate::error::Error;
 use crate::paths::LOCK_DIR;
 use crate::space::{breach, writers, Breach, Space};
-use crate::sys::{
-    is, Errno, FileId, PerProcess, Real, RealDir, System, REMOVED_DIR_REFUSES_ENTRIES,
-};
+use crate::sys::{is, Errno, FileId, PerProcess, Real, RealDir, System};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -330,7 +328,7 @@ impl LockDir {
             uid,
             shared: AtomicU32::new(NOT_SHARED),
         };
-        lock_dir.opened(false, true)?;
+        lock_dir.opened(false)?;
         Ok(lock_dir)
     }
 
@@ -338,19 +336,7 @@ impl LockDir {
     /// temp cleaner may remove an empty directory; a lock in a removed directory would exclude
     /// no one), and opened anew in a forked child.
     pub(crate) fn current(&self) -> Result<Opened, Error> {
-        self.made(true)
-    }
-
-    /// [`LockDir::current`], but as it was last opened, not checked, where the system makes
-    /// nothing in a removed directory ([`REMOVED_DIR_REFUSES_ENTRIES`]): for the first attempt
-    /// of an acquisition, which then finds it removed by its own first step, and opens it
-    /// again through [`LockDir::current`]. One `fstat` fewer per acquisition.
-    pub(crate) fn last_opened(&self) -> Result<Opened, Error> {
-        self.made(!REMOVED_DIR_REFUSES_ENTRIES)
-    }
-
-    fn made(&self, check: bool) -> Result<Opened, Error> {
-        self.opened(true, check)?.ok_or_else(|| {
+        self.opened(true)?.ok_or_else(|| {
             Error::io(
                 "open the lock directory",
                 &self.path,
@@ -361,14 +347,12 @@ impl LockDir {
 
     /// The open lock directory if it exists (inspecting and sweeping make nothing).
     pub(crate) fn existing(&self) -> Result<Option<Opened>, Error> {
-        self.opened(false, true)
+        self.opened(false)
     }
 
-    /// The lock directory as it was last opened, or opened (made, with `create`) now; with
-    /// `check`, opened again when it was removed since.
-    fn opened(&self, create: bool, check: bool) -> Result<Option<Opened>, Error> {
+    fn opened(&self, create: bool) -> Result<Option<Opened>, Error> {
         let mut slot = self.dir.lock();
-        if let Some((dir, id)) = slot.as_ref().filter(|(d, _)| !check || !Real.unlinked(d)) {
+        if let Some((dir, id)) = slot.as_ref().filter(|(d, _)| !Real.unlinked(d)) {
             return Ok(Some((dir.clone(), *id)));
         }
         let Some((dir, id, group)) = open_origin(&self.origin, self.uid, create)? else {

@@ -18,7 +18,7 @@ use crate::lockdir::LockDir;
 use crate::options::MAX_RESTAGES;
 use crate::options::{Blocked, Options, Wait, Waiting};
 use crate::protocol::{blocked_by, Contender, Held, Next, Request};
-use crate::space::{Seen, Space};
+use crate::space::{not_found, Seen, Space};
 use crate::sys::{is, CancelHandle, Errno, FileId, Identity, Real, RealDir, System, Wake};
 use patience::Patience;
 use queue::{Place, Queue, Seat};
@@ -130,10 +130,8 @@ pub(crate) fn now<T>(fut: impl Future<Output = T>) -> T {
 pub(crate) trait Site<S: System> {
     fn sys(&self) -> &S;
 
-    /// The lock directory: a handle and its identity. `again` after an attempt found it
-    /// removed: made again. Else it may be the handle last opened, unchecked, where an attempt
-    /// in a removed directory fails (see [`Retry`]).
-    fn open(&self, again: bool) -> Result<(Arc<S::Dir>, FileId), Error>;
+    /// The lock directory now: a handle and its identity (made again if it was removed).
+    fn open(&self) -> Result<(Arc<S::Dir>, FileId), Error>;
 
     /// The lock directory `dir` as the protocol sees it.
     fn space<'a>(&'a self, dir: &'a S::Dir) -> Space<'a, S>;
@@ -148,11 +146,8 @@ impl Site<Real> for Arc<LockDir> {
         &Real
     }
 
-    fn open(&self, again: bool) -> Result<(Arc<RealDir>, FileId), Error> {
-        match again {
-            true => self.current(),
-            false => self.last_opened(),
-        }
+    fn open(&self) -> Result<(Arc<RealDir>, FileId), Error> {
+        self.current()
     }
 
     fn space<'a>(&'a self, dir: &'a RealDir) -> Space<'a, Real> {
@@ -217,11 +212,10 @@ impl Retry {
         Retry(MAX_RESTAGES)
     }
 
-    /// Whether to try again after `e` in the lock directory `dir`: it was not found (NFS:
-    /// stale) because the directory was removed, and the bound is not reached.
+    /// Whether to try again after `e` in the lock directory `dir`: it was not found because
+    /// the directory was removed, and the bound is not reached.
     pub(crate) fn again<S: System>(&mut self, sys: &S, e: &Error, dir: &S::Dir) -> bool {
-        let gone = matches!(e, Error::Io { source, .. } if crate::sys::gone(source));
-        let again = self.0 > 0 && gone && sys.unlinked(dir);
+        let again = self.0 > 0 && not_found(e) && sys.unlinked(dir);
         self.0 -= u32::from(again);
         again
     }
@@ -235,7 +229,7 @@ pub(crate) fn in_current_dir<S: System, T>(
 ) -> Result<T, Error> {
     let mut retry = Retry::new();
     loop {
-        let (dir, _) = site.open(true)?;
+        let (dir, _) = site.open()?;
         match attempt(&site.space(&dir)) {
             Err(e) if retry.again(site.sys(), &e, &dir) => {}
             other => return other,
@@ -296,7 +290,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
     /// As [`LockRequest::acquire`](crate::LockRequest::acquire).
     pub(crate) async fn run(&self, z: &impl Sleep<S>) -> Result<Acquired<S>, Error> {
         let mut told = None;
-        let (mut dir, mut dir_id) = self.site.open(false)?;
+        let (mut dir, mut dir_id) = self.site.open()?;
         let turn = self.queue_up(&dir, dir_id, z, &mut told)?;
         let mut retry = Retry::new();
         loop {
@@ -315,7 +309,7 @@ impl<S: System, L: Site<S>> Acquisition<S, L> {
                 }
                 // (Also where a task waited its turn in a directory removed meanwhile.)
                 Err(e) if retry.again(self.site.sys(), &e, &dir) => {
-                    (dir, dir_id) = self.site.open(true)?;
+                    (dir, dir_id) = self.site.open()?;
                 }
                 Err(e) => return Err(e),
             }

@@ -16,8 +16,8 @@
 //! - **Give a turn** ([`TURN_EVERY`]): waiters that hand the lock on without end would leave
 //!   it free never, and a process that does not queue (the reference implementation, a dirlock
 //!   from before the queue, a try that fails fast) would never find it free. The queue's `turn`
-//!   file, made (empty: it gives no turn) by the first waiter to take a number, says when the
-//!   lock was last left free: a release that finds it [`TURN_EVERY`] old makes it
+//!   file, made (empty: it gives no turn) by the first release that finds a live waiter, says
+//!   when the lock was last left free: a release that finds it [`TURN_EVERY`] old makes it
 //!   anew, saying so, and releases as if no one waited, and the waiters that find the lock
 //!   free then let it be for [`TURN_FOR`] ([`Ticket::turn_given`]). The last release out of
 //!   the queue removes the file (the next waiter to queue starts the clock again).
@@ -146,9 +146,6 @@ fn number<S: System>(
             token: record.token.clone(),
         };
         let me = rename_to_number(sp, qname, &queue, &draft, me)?;
-        if !names.iter().any(|n| n == TURN_FILE) {
-            start_turn_clock(sp.sys, &queue);
-        }
         Ok((me, seen))
     });
     match numbered {
@@ -350,14 +347,14 @@ fn age_of<S: System>(sys: &S, made: std::time::SystemTime) -> Option<Duration> {
 
 /// Whether the release that looks at `queue`, where a live waiter waits, leaves the lock free
 /// instead of handing it on (see [`TURN_EVERY`]): the turn file is that old (or dated ahead of
-/// our clock: see [`turn_age`]), and is made anew. One that finds none makes it (see
-/// [`start_turn_clock`]). Best effort: where it cannot be made, the lock is handed on.
+/// our clock: see [`turn_age`]), and is made anew. The first such release makes the file.
+/// Best effort: where it cannot be made, the lock is handed on.
 fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
     let due = match turn_age(sys, queue) {
         Ok(Some(age)) => age >= turn_every(sys),
         Ok(None) => true,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            start_turn_clock(sys, queue);
+            let _ = sys.create_file_at(queue, TURN_FILE, b"", false, None);
             return false;
         }
         Err(_) => return false,
@@ -368,13 +365,6 @@ fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
     remove_tree(sys, queue, TURN_FILE);
     sys.create_file_at(queue, TURN_FILE, TURN_GIVEN, false, None)
         .is_ok()
-}
-
-/// Makes the turn file (empty: it gives no turn) in `queue`, where there is none: the waiter
-/// that finds none when it takes its number, while it waits anyway (off the way of the
-/// release that hands it the lock); else the first release that finds a live waiter.
-fn start_turn_clock<S: System>(sys: &S, queue: &S::Dir) {
-    let _ = sys.create_file_at(queue, TURN_FILE, b"", false, None);
 }
 
 /// The waiters' entries in `queue`, first come first (what is not an entry left out).

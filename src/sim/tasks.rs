@@ -32,7 +32,7 @@ impl Site<SimSys> for SimSite<'_> {
         self.sys
     }
 
-    fn open(&self, _again: bool) -> Result<(Arc<SimDir>, FileId), Error> {
+    fn open(&self) -> Result<(Arc<SimDir>, FileId), Error> {
         let dir = self.sys.lock_dir();
         let ino = self.sys.ino(&self.sys.world.lock(), &dir).unwrap_or(0);
         Ok((dir, FileId { dev: 1, ino }))

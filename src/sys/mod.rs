@@ -477,11 +477,6 @@ pub enum Errno {
     LockUnsupported,
 }
 
-/// Whether making an entry in a directory removed while it is open fails, as [`gone`] tells
-/// (`ENOENT`; NFS: `ESTALE`): entries are made through the directory's handle. Not on
-/// Windows, where they are made by path, in whatever directory is at that path by then.
-pub(crate) const REMOVED_DIR_REFUSES_ENTRIES: bool = cfg!(unix);
-
 /// Whether `e`, from `fstat` of an open directory, says the directory no longer exists:
 /// `ENOENT` (some FUSE filesystems answer so for a removed directory) or `ESTALE` (NFS: removed
 /// on the server, by another client or another process).

@@ -118,7 +118,8 @@ fn a_record_naming_this_process_with_a_foreign_token_is_a_dead_owners() {
 
 /// A temp cleaner removes the lock directory between two acquisitions by one `Locks` (and
 /// `mkdir` makes another at its path): the next acquisition takes its lock in the directory at
-/// the path, where others see it, not in the removed one, where it would exclude no one.
+/// the path, where others see it, not in the removed one, where it would exclude no one (nor
+/// in none: the directory it kept open takes no lock).
 #[test]
 fn an_acquisition_after_the_lock_directory_was_removed_takes_the_lock_where_others_look() {
     let fx = Fixture::new();

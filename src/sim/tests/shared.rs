@@ -305,6 +305,17 @@ fn shape(n: u64) -> Config {
             writer(forever),
             writer(forever),
         ],
+        // The random schedules' fifth shape (a runtime's writers and readers, some cancelled).
+        6 => vec![
+            Script::MixedTasks {
+                n: 4,
+                wait: forever,
+                cancel: Some((2, 2)),
+            },
+            reader(2, forever, 0),
+            writer(t3),
+            Script::CandidateCleaner,
+        ],
         _ => vec![
             Script::MixedTasks {
                 n: 4,
@@ -379,6 +390,10 @@ fn regressions_of_shared_locks() {
         // Moved again when numbers were taken with no lock.
         (0, 60, true, 0),
         (5, 0, false, 0),
+        // Moved again when a writer that gives up took its entry out before readers came in
+        // again; and that order's own (a reader came in past a leaving writer's entry, I11).
+        (1, 21, true, 0),
+        (6, 44, false, 0),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

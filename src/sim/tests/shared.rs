@@ -134,16 +134,7 @@ fn random_schedules_of_readers_writers_and_the_reference() {
             writer(forever),
             Script::Cleaner,
         ],
-        vec![
-            Script::MixedTasks {
-                n: 4,
-                wait: forever,
-                cancel: Some((2, 2)),
-            },
-            reader(2, forever, 0),
-            writer(t3),
-            Script::CandidateCleaner,
-        ],
+        cancelled_mixed_tasks(),
     ];
     let mut steps = 0;
     for scripts in shapes {
@@ -255,7 +246,8 @@ fn a_process_stopped_beside_the_queue_keeps_no_runtime_from_its_tasks() {
 /// three times); 1, with timeouts and `sweep --grace 0`; 2, failing fast, with a temp cleaner
 /// and an unlock; 3, beside another thread, a runtime of tasks and the reference; 4, three
 /// readers and two writers; 5, a runtime of writer and reader tasks beside a reader, writers and
-/// a temp cleaner that removes the waiters' candidates under a held lock.
+/// a temp cleaner that removes the waiters' candidates under a held lock; 6, the random
+/// schedules' last shape ([`cancelled_mixed_tasks`]).
 fn shape(n: u64) -> Config {
     let forever = Wait::Forever;
     let t3 = Wait::Timeout(Duration::from_secs(3));
@@ -305,17 +297,7 @@ fn shape(n: u64) -> Config {
             writer(forever),
             writer(forever),
         ],
-        // The random schedules' fifth shape (a runtime's writers and readers, some cancelled).
-        6 => vec![
-            Script::MixedTasks {
-                n: 4,
-                wait: forever,
-                cancel: Some((2, 2)),
-            },
-            reader(2, forever, 0),
-            writer(t3),
-            Script::CandidateCleaner,
-        ],
+        6 => cancelled_mixed_tasks(),
         _ => vec![
             Script::MixedTasks {
                 n: 4,
@@ -331,6 +313,21 @@ fn shape(n: u64) -> Config {
     let mut cfg = config(scripts, Mutant::None);
     cfg.crashes = 0;
     cfg
+}
+
+/// A runtime of writer and reader tasks, some cancelled, beside a reader, a writer that gives
+/// up after 3 s and a temp cleaner of candidates.
+fn cancelled_mixed_tasks() -> Vec<Script> {
+    vec![
+        Script::MixedTasks {
+            n: 4,
+            wait: Wait::Forever,
+            cancel: Some((2, 2)),
+        },
+        reader(2, Wait::Forever, 0),
+        writer(Wait::Timeout(Duration::from_secs(3))),
+        Script::CandidateCleaner,
+    ]
 }
 
 /// Found by the simulation (the soak below), each shown to fail without its fix

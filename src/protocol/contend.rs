@@ -173,10 +173,12 @@ impl<S: System> Drop for Contender<'_, '_, S> {
         if self.sp.sys.crashed() {
             return;
         }
+        // A writer's entry in a shared lock goes before its place in the queue: a reader that
+        // finds the entry judges by that place (see `Intent::enter`).
+        self.withdraw();
         if let Some(c) = self.c.take() {
             self.give_up_candidate(c);
         }
-        self.withdraw();
     }
 }
 

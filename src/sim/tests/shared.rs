@@ -391,6 +391,9 @@ fn regressions_of_shared_locks() {
         // again; and that order's own (a reader came in past a leaving writer's entry, I11).
         (1, 21, true, 0),
         (6, 44, false, 0),
+        // A writer that gives up leaves the queue only after its entry left the lock (a reader
+        // queued before it came in past the entry of one no longer in the queue, I11).
+        (6, 256, false, 0),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

@@ -16,11 +16,14 @@
 //! - **Give a turn** ([`TURN_EVERY`]): waiters that hand the lock on without end would leave
 //!   it free never, and a process that does not queue (the reference implementation, a dirlock
 //!   from before the queue, a try that fails fast) would never find it free. The queue's `turn`
-//!   file, made (empty: it gives no turn) by the first release that finds a live waiter, says
-//!   when the lock was last left free: a release that finds it [`TURN_EVERY`] old makes it
-//!   anew, saying so, and releases as if no one waited, and the waiters that find the lock
-//!   free then let it be for [`TURN_FOR`] ([`Ticket::turn_given`]). The last release out of
-//!   the queue removes the file (the next waiter to queue starts the clock again).
+//!   file says when the lock was last left free. The first waiter to take a number makes it,
+//!   saying that the clock has not started ([`TURN_UNSTARTED`]; made while the waiter waits,
+//!   it costs the handoff nothing). The first release by a holder that queued starts the clock
+//!   (the file made anew, empty: it gives no turn), as does a release that finds no file. A
+//!   release that finds a started file [`TURN_EVERY`] old makes it anew, saying so, and
+//!   releases as if no one waited, and the waiters that find the lock free then let it be for
+//!   [`TURN_FOR`] ([`Ticket::turn_given`]). The last release out of the queue removes the file
+//!   (the next waiter to queue makes it again).
 
 use super::beside::{open_beside, still_beside};
 use super::stage::write_record;
@@ -39,9 +42,15 @@ pub(crate) const TURN_EVERY: Duration = Duration::from_secs(2);
 /// How long the lock is then left free: two polls of the reference implementation (25 ms).
 pub(crate) const TURN_FOR: Duration = Duration::from_millis(50);
 
-/// What the turn file holds when a release left the lock free (the first file, which only
-/// starts the clock, is empty: the waiters it finds do not pause for it).
+/// What the turn file holds when a release left the lock free (the file that only starts the
+/// clock is empty: the waiters it finds do not pause for it).
 const TURN_GIVEN: &[u8] = b"given\n";
+
+/// What the turn file holds when the first waiter made it, taking its number: the clock has
+/// not started. A holder that found the lock free with no one waiting was no part of the
+/// waiters keeping it among themselves, however long it held it: the clock starts at the first
+/// release by a holder that queued (see [`turn_due`]).
+const TURN_UNSTARTED: &[u8] = b"queued\n";
 
 /// How many times an acquisition makes `NAME.queue` anew (the last waiter out removed it under
 /// it) before it waits unqueued.
@@ -146,6 +155,11 @@ fn number<S: System>(
             token: record.token.clone(),
         };
         let me = rename_to_number(sp, qname, &queue, &draft, me)?;
+        if !names.iter().any(|n| n == TURN_FILE) {
+            let _ = sp
+                .sys
+                .create_file_at(&queue, TURN_FILE, TURN_UNSTARTED, false, None);
+        }
         Ok((me, seen))
     });
     match numbered {
@@ -314,8 +328,8 @@ impl<S: System> Ticket<S> {
     /// was made.
     pub(crate) fn turn_given(&self, sp: &Space<S>) -> Option<Duration> {
         let turn = sp.sys.meta_at(&self.queue, TURN_FILE).ok()?;
-        // The first file, empty, only starts the clock: no turn was given then.
-        if turn.size == 0 {
+        // A file that only starts the clock (or says it has not started): no turn was given.
+        if turn.size != TURN_GIVEN.len() as u64 {
             return None;
         }
         let age = age_of(sp.sys, turn.mtime)?;
@@ -329,14 +343,9 @@ pub(crate) fn turn_every<S: System>(sys: &S) -> Duration {
     sys.turn_every().unwrap_or(TURN_EVERY)
 }
 
-/// The age of the turn file in `queue` by our clock; `None` when it is dated [`TURN_FOR`] or
+/// The age of a turn file dated `made` by our clock; `None` when it is dated [`TURN_FOR`] or
 /// more ahead of our clock (the clock was set back since it was made): it gives no turn, and
 /// is made anew.
-fn turn_age<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Option<Duration>> {
-    Ok(age_of(sys, sys.meta_at(queue, TURN_FILE)?.mtime))
-}
-
-/// The age of a turn file dated `made` (see [`turn_age`]).
 fn age_of<S: System>(sys: &S, made: std::time::SystemTime) -> Option<Duration> {
     match sys.now().duration_since(made) {
         Ok(age) => Some(age),
@@ -347,18 +356,26 @@ fn age_of<S: System>(sys: &S, made: std::time::SystemTime) -> Option<Duration> {
 
 /// Whether the release that looks at `queue`, where a live waiter waits, leaves the lock free
 /// instead of handing it on (see [`TURN_EVERY`]): the turn file is that old (or dated ahead of
-/// our clock: see [`turn_age`]), and is made anew. The first such release makes the file.
-/// Best effort: where it cannot be made, the lock is handed on.
-fn turn_due<S: System>(sys: &S, queue: &S::Dir) -> bool {
-    let due = match turn_age(sys, queue) {
-        Ok(Some(age)) => age >= turn_every(sys),
-        Ok(None) => true,
+/// our clock: see [`age_of`]), and is made anew. One that finds no file, or (its holder
+/// `queued`) one whose clock has not started ([`TURN_UNSTARTED`]), starts the clock. Best
+/// effort: where the file cannot be made, the lock is handed on.
+fn turn_due<S: System>(sys: &S, queue: &S::Dir, queued: bool) -> bool {
+    let turn = match sys.meta_at(queue, TURN_FILE) {
+        Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let _ = sys.create_file_at(queue, TURN_FILE, b"", false, None);
             return false;
         }
         Err(_) => return false,
     };
+    if turn.size == TURN_UNSTARTED.len() as u64 {
+        if queued {
+            remove_tree(sys, queue, TURN_FILE);
+            let _ = sys.create_file_at(queue, TURN_FILE, b"", false, None);
+        }
+        return false;
+    }
+    let due = age_of(sys, turn.mtime).is_none_or(|age| age >= turn_every(sys));
     if !due {
         return false;
     }
@@ -462,11 +479,13 @@ fn waits_keeping<S: System>(
 /// thread that takes it exclusively (what it opened is left in `keep`, for the caller to close
 /// once it woke the waiter): `NAME` and its staged candidate are exchanged in one step. Returns the name
 /// our lock now has (the waiter's candidate's), or `None` when no waiter took it (none waits,
-/// the first reads, the filesystem cannot exchange): the caller releases as usual.
+/// the first reads, the filesystem cannot exchange): the caller releases as usual. `queued`:
+/// our holder took a number in the queue (see [`TURN_UNSTARTED`]).
 pub(crate) fn hand_over<S: System>(
     sp: &Space<S>,
     lock: &str,
     token: &str,
+    queued: bool,
     keep: &mut Vec<S::Dir>,
 ) -> Option<String> {
     let queue = sp.sys.open_dir_at(sp.dir, &queue_name(lock)).ok()?;
@@ -480,7 +499,7 @@ pub(crate) fn hand_over<S: System>(
         match waits {
             Some(false) => continue,
             None => break,
-            Some(true) if *turned.get_or_insert_with(|| turn_due(sp.sys, &queue)) => break,
+            Some(true) if *turned.get_or_insert_with(|| turn_due(sp.sys, &queue, queued)) => break,
             // A reader, or a task: it takes the free lock itself, and those behind it wait.
             Some(true) if q.kind != Waiter::Writer => break,
             Some(true) => {}

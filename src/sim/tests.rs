@@ -124,6 +124,13 @@ fn regressions() {
     if let Err(v) = run(&config(scripts, Mutant::None), &mut Random::new(11925)) {
         panic!("seed 11925:\n{v}");
     }
+    // Four waiting workers: a queued writer waits on the writer just ahead of it only if it
+    // saw that one when it looked; one numbered after it looked may wait on it in turn (I7).
+    let mut cfg = config(workers(4, Wait::Forever), Mutant::None);
+    cfg.crashes = 0;
+    if let Err(v) = run(&cfg, &mut Random::new(45)) {
+        panic!("seed 45 (four waiting workers):\n{v}");
+    }
     // Fuzz inputs. First: a planted record named the pid of a forked child, which in the model
     // exists (live) before its parent forks it: the parent waited for it forever, it for its
     // parent (the fuzz smoke of issue 18's CI; a deadlock of the scenario, not the protocol).

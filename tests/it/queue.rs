@@ -38,7 +38,7 @@ pub(crate) fn waiter<'s>(
 }
 
 /// [`waiter`], holding the lock for `hold`.
-fn waiter_holding<'s>(
+pub(crate) fn waiter_holding<'s>(
     s: &'s std::thread::Scope<'s, '_>,
     fx: &'s Fixture,
     purpose: &str,
@@ -66,14 +66,14 @@ fn waiter_holding<'s>(
     handle
 }
 
-/// Dates the queue's turn file `age` back (making it if there is none), as if that long had
-/// passed since the last turn: the next release gives one if `age` is past the turn's period.
+/// Makes the queue's turn file anew, as a release that started its clock `age` ago would have:
+/// the next release gives a turn if `age` is past the turn's period.
 pub(crate) fn date_turn(fx: &Fixture, age: Duration) {
     let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
     let file = std::fs::File::options()
         .write(true)
         .create(true)
-        .truncate(false)
+        .truncate(true)
         .open(turn);
     let old = std::time::SystemTime::now() - age;
     file.unwrap().set_modified(old).unwrap();

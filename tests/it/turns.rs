@@ -3,11 +3,45 @@
 //! the queue, a try that fails fast), and let it be meanwhile; a turn file dated by another
 //! program holds no waiter back for good.
 
-use super::queue::{date_turn, queued, waiter, worker, LOCK};
+use super::queue::{date_turn, queued, waiter, waiter_holding, worker, LOCK};
 use crate::common::*;
 use dirlock::Wait;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+/// A holder that found the lock free, with no one waiting, hands it to the waiter that came
+/// meanwhile, however long ago that was: it was no part of waiters keeping the lock among
+/// themselves, and the turn's clock starts only at the release of a holder that queued. (Found
+/// by review: a clock started by the first waiter's coming made the release after a hold of
+/// two seconds leave the lock free for 50 ms, to whoever polled, instead of handing it on.)
+#[test]
+fn a_holder_that_did_not_queue_hands_the_lock_on_however_long_the_waiter_waited() {
+    let fx = Fixture::new();
+    let turn = fx.dir().join(format!("{LOCK}.queue")).join("turn");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    std::thread::scope(|s| {
+        let hold = Duration::from_millis(300);
+        let w = waiter_holding(s, &fx, "waiter", Wait::Forever, &served, hold);
+        // The waiter's turn file, as it made it, dated as if it had come an hour ago.
+        assert!(eventually(Duration::from_secs(10), || turn.exists()));
+        let file = std::fs::File::options().write(true).open(&turn).unwrap();
+        file.set_modified(SystemTime::now() - Duration::from_secs(3600))
+            .unwrap();
+        held.release().unwrap();
+        assert!(eventually(Duration::from_secs(10), || !served
+            .lock()
+            .unwrap()
+            .is_empty()));
+        let given = std::fs::read(&turn).is_ok_and(|c| c == b"given\n");
+        assert!(
+            !given,
+            "the release gave a turn instead of handing the lock on"
+        );
+        w.join().unwrap().unwrap();
+    });
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
 
 /// A turn file that another program keeps dating now (as a release does when it leaves the
 /// lock free for those that do not queue) holds a waiter back once, not for good. (Dated 40 ms
@@ -110,8 +144,9 @@ fn endless_handoffs_leave_the_lock_free_now_and_then() {
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 
-/// The first `turn` file only starts the clock: it is empty, and a waiter handed nothing does
-/// not pause for it. The file made when a release leaves the lock free for a turn says so.
+/// The first `turn` file, the first waiter's, says the clock has not started, and a waiter
+/// does not pause for it (nor for the empty one that starts the clock). The file made when a
+/// release leaves the lock free for a turn says so.
 #[test]
 fn only_a_turn_given_is_marked_as_one() {
     let fx = Fixture::new();
@@ -121,6 +156,8 @@ fn only_a_turn_given_is_marked_as_one() {
     let (fx, turn) = (&fx, &turn);
     let wait = move || fx.locks.named_lock(LOCK).wait(Wait::Forever).acquire();
     std::thread::scope(|s| {
+        // Dropped should the test fail: W1 goes on (no thread is left waiting).
+        let tx = tx;
         let before = queued(fx).len();
         let w1 = s.spawn(move || {
             let g = wait().unwrap();
@@ -133,7 +170,11 @@ fn only_a_turn_given_is_marked_as_one() {
             eventually(Duration::from_secs(10), || turn.exists()),
             "no turn file"
         );
-        assert_eq!(std::fs::read(turn).unwrap(), b"", "the clock's first file");
+        assert_eq!(
+            std::fs::read(turn).unwrap(),
+            b"queued\n",
+            "the first waiter's file"
+        );
         // W1 holds; W2 queues; the clock is run out; W1's release gives the turn.
         let before = queued(fx).len();
         let w2 = s.spawn(move || {

@@ -247,7 +247,8 @@ fn a_process_stopped_beside_the_queue_keeps_no_runtime_from_its_tasks() {
 /// and an unlock; 3, beside another thread, a runtime of tasks and the reference; 4, three
 /// readers and two writers; 5, a runtime of writer and reader tasks beside a reader, writers and
 /// a temp cleaner that removes the waiters' candidates under a held lock; 6, the random
-/// schedules' last shape ([`cancelled_mixed_tasks`]).
+/// schedules' last shape ([`cancelled_mixed_tasks`]); 7, a reader that fails fast beside a
+/// reader and a runtime of writer and reader tasks, some cancelled.
 fn shape(n: u64) -> Config {
     let forever = Wait::Forever;
     let t3 = Wait::Timeout(Duration::from_secs(3));
@@ -298,6 +299,15 @@ fn shape(n: u64) -> Config {
             writer(forever),
         ],
         6 => cancelled_mixed_tasks(),
+        7 => vec![
+            reader(4, forever, 1),
+            reader(4, Wait::Immediately, 0),
+            Script::MixedTasks {
+                n: 4,
+                wait: forever,
+                cancel: Some((2, 2)),
+            },
+        ],
         _ => vec![
             Script::MixedTasks {
                 n: 4,
@@ -394,6 +404,15 @@ fn regressions_of_shared_locks() {
         // A writer that gives up leaves the queue only after its entry left the lock (a reader
         // queued before it came in past the entry of one no longer in the queue, I11).
         (6, 256, false, 0),
+        // With that order, the old order of a writer's withdrawal (its `NAME.writers` let go
+        // before its entry) is reached here: a reader that fails fast came in past the entry of
+        // a task that was leaving (I11).
+        (7, 194, true, 0),
+        // Moved again when the first waiter made the turn file.
+        (6, 32, false, 1),
+        (2, 4, true, 1),
+        (6, 22, true, 0),
+        (5, 1, true, 0),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

@@ -357,9 +357,9 @@ fn age_of<S: System>(sys: &S, made: std::time::SystemTime) -> Option<Duration> {
 /// Whether the release that looks at `queue`, where a live waiter waits, leaves the lock free
 /// instead of handing it on (see [`TURN_EVERY`]): the turn file is that old (or dated ahead of
 /// our clock: see [`age_of`]), and is made anew. One that finds no file, or (its holder
-/// `queued`) one whose clock has not started ([`TURN_UNSTARTED`]), starts the clock. Best
-/// effort: where the file cannot be made, the lock is handed on.
-fn turn_due<S: System>(sys: &S, queue: &S::Dir, queued: bool) -> bool {
+/// `holder_queued`) one whose clock has not started ([`TURN_UNSTARTED`]), starts the clock.
+/// Best effort: where the file cannot be made, the lock is handed on.
+fn turn_due<S: System>(sys: &S, queue: &S::Dir, holder_queued: bool) -> bool {
     let turn = match sys.meta_at(queue, TURN_FILE) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -369,18 +369,20 @@ fn turn_due<S: System>(sys: &S, queue: &S::Dir, queued: bool) -> bool {
         Err(_) => return false,
     };
     if turn.size == TURN_UNSTARTED.len() as u64 {
-        if queued {
-            remove_tree(sys, queue, TURN_FILE);
-            let _ = sys.create_file_at(queue, TURN_FILE, b"", false, None);
+        if holder_queued {
+            remake_turn(sys, queue, b"");
         }
         return false;
     }
     let due = age_of(sys, turn.mtime).is_none_or(|age| age >= turn_every(sys));
-    if !due {
-        return false;
-    }
+    due && remake_turn(sys, queue, TURN_GIVEN)
+}
+
+/// Makes the turn file in `queue` anew, dated now, holding `contents`; `false` where it cannot
+/// be made.
+fn remake_turn<S: System>(sys: &S, queue: &S::Dir, contents: &[u8]) -> bool {
     remove_tree(sys, queue, TURN_FILE);
-    sys.create_file_at(queue, TURN_FILE, TURN_GIVEN, false, None)
+    sys.create_file_at(queue, TURN_FILE, contents, false, None)
         .is_ok()
 }
 
@@ -479,13 +481,13 @@ fn waits_keeping<S: System>(
 /// thread that takes it exclusively (what it opened is left in `keep`, for the caller to close
 /// once it woke the waiter): `NAME` and its staged candidate are exchanged in one step. Returns the name
 /// our lock now has (the waiter's candidate's), or `None` when no waiter took it (none waits,
-/// the first reads, the filesystem cannot exchange): the caller releases as usual. `queued`:
-/// our holder took a number in the queue (see [`TURN_UNSTARTED`]).
+/// the first reads, the filesystem cannot exchange): the caller releases as usual.
+/// `holder_queued`: our holder took a number in the queue (see [`TURN_UNSTARTED`]).
 pub(crate) fn hand_over<S: System>(
     sp: &Space<S>,
     lock: &str,
     token: &str,
-    queued: bool,
+    holder_queued: bool,
     keep: &mut Vec<S::Dir>,
 ) -> Option<String> {
     let queue = sp.sys.open_dir_at(sp.dir, &queue_name(lock)).ok()?;
@@ -499,7 +501,11 @@ pub(crate) fn hand_over<S: System>(
         match waits {
             Some(false) => continue,
             None => break,
-            Some(true) if *turned.get_or_insert_with(|| turn_due(sp.sys, &queue, queued)) => break,
+            Some(true)
+                if *turned.get_or_insert_with(|| turn_due(sp.sys, &queue, holder_queued)) =>
+            {
+                break
+            }
             // A reader, or a task: it takes the free lock itself, and those behind it wait.
             Some(true) if q.kind != Waiter::Writer => break,
             Some(true) => {}

@@ -43,6 +43,38 @@ fn a_holder_that_did_not_queue_hands_the_lock_on_however_long_the_waiter_waited(
     assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 
+/// A holder killed while it held leaves its queue, and the turn's clock in it (started, perhaps
+/// long ago), until a sweep. The one that takes the lock over from the dead holder finds the
+/// clock unstarted: it hands the lock to the waiter that came meanwhile. (Found by review: its
+/// release left the lock free for 50 ms, to whoever polled, once per crash.)
+#[test]
+fn a_lock_taken_over_from_the_dead_hands_the_lock_on_whatever_clock_was_left() {
+    let fx = Fixture::new();
+    let turn = private_dir(&fx.dir().join(format!("{LOCK}.queue"))).join("turn");
+    let holder = Holder::start(fx.dir(), &["--lock", LOCK]);
+    // The dead holder's clock, started an hour ago (an empty file).
+    date_turn(&fx, Duration::from_secs(3600));
+    holder.kill();
+    let taken = fx.locks.named_lock(LOCK).acquire().unwrap();
+    assert!(taken.reclaimed_from().is_some(), "not taken over");
+    let served = Arc::new(Mutex::new(Vec::new()));
+    std::thread::scope(|s| {
+        let w = waiter(s, &fx, "waiter", Wait::Forever, &served);
+        taken.release().unwrap();
+        assert!(eventually(Duration::from_secs(10), || !served
+            .lock()
+            .unwrap()
+            .is_empty()));
+        let given = std::fs::read(&turn).is_ok_and(|c| c == b"given\n");
+        assert!(
+            !given,
+            "the release gave a turn instead of handing the lock on"
+        );
+        w.join().unwrap().unwrap();
+    });
+    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
+}
+
 /// A turn file that another program keeps dating now (as a release does when it leaves the
 /// lock free for those that do not queue) holds a waiter back once, not for good. (Dated 40 ms
 /// ahead every 5 ms, first among threads where it may be: a turn is on until the file is

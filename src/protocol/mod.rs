@@ -87,8 +87,7 @@ fn hand_over_or_retire<S: System>(
     let name = held.name.as_str();
     // What the look at the queue opened is closed once the waiter is woken.
     let mut opened = Vec::new();
-    let holder = (ticket.is_some(), held.reclaimed_from.is_some());
-    let handed = queue::hand_over(sp, name, &held.owner.token, holder, &mut opened);
+    let handed = queue::hand_over(sp, name, &held.owner.token, ticket.is_some(), &mut opened);
     let queued = !opened.is_empty();
     match handed {
         Some(_) => {

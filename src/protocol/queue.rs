@@ -19,8 +19,7 @@
 //!   file says when the lock was last left free. The first waiter to take a number makes it,
 //!   saying that the clock has not started ([`TURN_UNSTARTED`]; made while the waiter waits,
 //!   it costs the handoff nothing). The first release by a holder that queued starts the clock
-//!   (the file made anew, empty: it gives no turn), as does a release that finds no file; a
-//!   holder that took the lock over from a dead one finds it unstarted (see [`turn_due`]). A
+//!   (the file made anew, empty: it gives no turn), as does a release that finds no file. A
 //!   release that finds a started file [`TURN_EVERY`] old makes it anew, saying so, and
 //!   releases as if no one waited, and the waiters that find the lock free then let it be for
 //!   [`TURN_FOR`] ([`Ticket::turn_given`]). The last release out of the queue removes the file
@@ -359,10 +358,8 @@ fn age_of<S: System>(sys: &S, made: std::time::SystemTime) -> Option<Duration> {
 /// instead of handing it on (see [`TURN_EVERY`]): the turn file is that old (or dated ahead of
 /// our clock: see [`age_of`]), and is made anew. One that finds no file, or (its holder
 /// `holder_queued`) one whose clock has not started ([`TURN_UNSTARTED`]), starts the clock.
-/// A holder that took the lock over from a dead one (`reclaimed`) finds the clock as if it had
-/// not started: the handoffs it counted ended with the dead holder, which left its queue and
-/// its clock behind. Best effort: where the file cannot be made, the lock is handed on.
-fn turn_due<S: System>(sys: &S, queue: &S::Dir, holder_queued: bool, reclaimed: bool) -> bool {
+/// Best effort: where the file cannot be made, the lock is handed on.
+fn turn_due<S: System>(sys: &S, queue: &S::Dir, holder_queued: bool) -> bool {
     let turn = match sys.meta_at(queue, TURN_FILE) {
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -371,12 +368,9 @@ fn turn_due<S: System>(sys: &S, queue: &S::Dir, holder_queued: bool, reclaimed: 
         }
         Err(_) => return false,
     };
-    let unstarted = turn.size == TURN_UNSTARTED.len() as u64;
-    if unstarted || reclaimed {
+    if turn.size == TURN_UNSTARTED.len() as u64 {
         if holder_queued {
             remake_turn(sys, queue, b"");
-        } else if !unstarted {
-            remake_turn(sys, queue, TURN_UNSTARTED);
         }
         return false;
     }
@@ -488,13 +482,12 @@ fn waits_keeping<S: System>(
 /// once it woke the waiter): `NAME` and its staged candidate are exchanged in one step. Returns the name
 /// our lock now has (the waiter's candidate's), or `None` when no waiter took it (none waits,
 /// the first reads, the filesystem cannot exchange): the caller releases as usual.
-/// `holder_queued`: our holder took a number in the queue; `reclaimed`: it took the lock over
-/// from a dead holder (see [`turn_due`]).
+/// `holder_queued`: our holder took a number in the queue (see [`TURN_UNSTARTED`]).
 pub(crate) fn hand_over<S: System>(
     sp: &Space<S>,
     lock: &str,
     token: &str,
-    (holder_queued, reclaimed): (bool, bool),
+    holder_queued: bool,
     keep: &mut Vec<S::Dir>,
 ) -> Option<String> {
     let queue = sp.sys.open_dir_at(sp.dir, &queue_name(lock)).ok()?;
@@ -509,8 +502,7 @@ pub(crate) fn hand_over<S: System>(
             Some(false) => continue,
             None => break,
             Some(true)
-                if *turned
-                    .get_or_insert_with(|| turn_due(sp.sys, &queue, holder_queued, reclaimed)) =>
+                if *turned.get_or_insert_with(|| turn_due(sp.sys, &queue, holder_queued)) =>
             {
                 break
             }

@@ -148,6 +148,9 @@ fn endless_handoffs_leave_the_lock_free_now_and_then() {
     while taken < 3 && start.elapsed() < Duration::from_secs(30) {
         if let Ok(g) = fx.locks.named_lock(LOCK).acquire() {
             taken += 1;
+            // Held until the turn is over: the waiter its release hands the lock to took no
+            // turn, and would be counted as one that did (as would those it hands it on to).
+            std::thread::sleep(Duration::from_millis(60));
             g.release().unwrap();
         }
         std::thread::sleep(Duration::from_millis(10));

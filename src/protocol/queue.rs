@@ -2,9 +2,9 @@
 //! one entry per waiting acquisition, `<number>.<w|r|t>.<token>` ([`Queued`]): made whole under a
 //! name of its own, then renamed to one above every number then in the queue, with no lock
 //! taken, so that numbers follow the order in which waiters came (see [`join`]). Its waiter
-//! holds the entry's exclusive `flock` while it waits: a free one proves it waits no longer
-//! (it is gone, or holds the lock: see [`Ticket::taken`]), and the writer queued behind it
-//! sleeps on it ([`Ticket::thread_ahead`]).
+//! holds the entry's exclusive `flock` while it waits: a shared one granted proves it waits no
+//! longer (it is gone, or holds the lock: see [`Ticket::taken`]), and the writer queued behind
+//! it sleeps on it ([`Ticket::thread_ahead`]), in a shared `flock` too.
 //!
 //! - **Join** ([`join`]): an acquisition that finds the lock held, or a queue already there,
 //!   takes a number; it leaves ([`Ticket::leave`]) when it wins or gives up.
@@ -464,7 +464,11 @@ fn waits_keeping<S: System>(
         }
         Err(_) => return None,
     };
-    match sys.try_lock(&dir, true) {
+    // Shared: the writer queued behind sleeps on the entry in a shared `flock`, granted when
+    // its waiter lets go and kept until that writer publishes. An exclusive probe took it for
+    // the waiter's, and handed the lock to a waiter that held it already: to the name where
+    // the lock's previous directory is until the release that handed it on retires it.
+    match sys.try_lock(&dir, false) {
         Ok(true) => {
             remove_entry_dir(sys, queue, name, dir);
             Some(false)

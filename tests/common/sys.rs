@@ -220,9 +220,18 @@ pub fn resume(pids: &[u32]) {
 /// Opens `path` (a directory) and takes its exclusive `flock`, held until the file is closed
 /// (`File::lock` is newer than the crate's minimum Rust).
 pub fn flocked(path: &std::path::Path) -> std::fs::File {
+    flocked_as(path, libc::LOCK_EX)
+}
+
+/// [`flocked`], the `flock` shared.
+pub fn flocked_shared(path: &std::path::Path) -> std::fs::File {
+    flocked_as(path, libc::LOCK_SH)
+}
+
+fn flocked_as(path: &std::path::Path, how: libc::c_int) -> std::fs::File {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path).unwrap();
     // SAFETY: `f` is open; flock takes no pointers.
-    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), how) }, 0);
     f
 }

@@ -1,6 +1,8 @@
-//! Release: a lock taken away or replaced is reported lost, and the new owner is spared.
+//! Release: a lock taken away or replaced is reported lost, and the new owner is spared; a
+//! release hands the lock on only to a waiter that waits.
 
 use crate::common::*;
+use crate::queue::LOCK;
 use dirlock::Error;
 
 #[test]
@@ -108,4 +110,48 @@ fn run_with_shows_the_predecessor_and_keeps_the_value_when_the_release_fails() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidInput { .. }));
     assert_eq!(fx.entries(), vec!["stolen".to_owned()]);
+}
+
+/// A release hands the lock only to a waiter that holds its entry's exclusive `flock`, not
+/// for the shared one that the writer queued behind it is granted when the waiter lets go
+/// (and keeps until it publishes itself). Planted here: that shared `flock` on an entry whose
+/// waiter is done with it, and a directory at its candidate's name, as the lock's previous
+/// directory is there until the release that handed the lock on retires it. The release
+/// leaves both alone (it handed the lock to that name once: found by a test of quick
+/// handoffs, when a release yielded its CPU to the waiter it woke before it retired).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[test]
+fn a_release_passes_an_entry_that_only_the_writer_behind_holds() {
+    use std::os::unix::fs::DirBuilderExt;
+    let fx = Fixture::new();
+    let exchanges = crate::common::sys::exchanges_names(fx.tmp.path());
+    let need = "a temporary directory on a filesystem that exchanges names (tmpfs, ext4, APFS)";
+    if lacks(
+        "release::a_release_passes_an_entry_that_only_the_writer_behind_holds",
+        need,
+        exchanges,
+    ) {
+        return;
+    }
+    let held = fx.locks.named_lock(LOCK).acquire().unwrap();
+    let token = "0b6f8b5e-3c8e-4c1a-9a55-2d1f3f0e7a10";
+    let private = |path: &std::path::Path| {
+        std::fs::DirBuilder::new().mode(0o700).create(path).unwrap();
+    };
+    let queue = fx.dir().join(format!("{LOCK}.queue"));
+    private(&queue);
+    let entry = queue.join(format!("00000000000000000001.w.{token}"));
+    private(&entry);
+    let behind = crate::common::sys::flocked_shared(&entry);
+    let previous = fx.dir().join(format!("{LOCK}.candidate.{token}"));
+    private(&previous);
+    std::fs::write(previous.join("previous"), b"").unwrap();
+    held.release().unwrap();
+    drop(behind);
+    assert!(
+        previous.join("previous").exists(),
+        "the release handed the lock to the name of a waiter that held it no more"
+    );
+    let st = fx.locks.named_lock(LOCK).status().unwrap();
+    assert_eq!(st.state, dirlock::State::Free, "the lock is not free");
 }

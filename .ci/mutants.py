@@ -856,7 +856,7 @@ MUTANTS = [
     ("newcomer-never-looks-for-the-queue", "src/protocol/contend/queued.rs",
      "            && !queue::no_queue(sp)\n",
      "            && false\n",
-     "lib", "sim::tests::random_schedules_of_three_and_four_processes"),
+     "it", "turns::endless_handoffs_leave_the_lock_free_now_and_then"),
     ("entry-probed-exclusively", "src/protocol/queue.rs",
      "    match sys.try_lock(&dir, false) {",
      "    match sys.try_lock(&dir, true) {",

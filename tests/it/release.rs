@@ -2,7 +2,6 @@
 //! release hands the lock on only to a waiter that waits.
 
 use crate::common::*;
-use crate::queue::LOCK;
 use dirlock::Error;
 
 #[test]
@@ -122,6 +121,7 @@ fn run_with_shows_the_predecessor_and_keeps_the_value_when_the_release_fails() {
 #[cfg(any(target_os = "linux", target_os = "macos"))]
 #[test]
 fn a_release_passes_an_entry_that_only_the_writer_behind_holds() {
+    use crate::queue::LOCK;
     use std::os::unix::fs::DirBuilderExt;
     let fx = Fixture::new();
     let exchanges = crate::common::sys::exchanges_names(fx.tmp.path());

@@ -415,6 +415,9 @@ fn regressions_of_shared_locks() {
         (5, 1, true, 0),
         // Moved again when a writer that gives up kept its place until its entry was out.
         (1, 33, true, 1),
+        // Moved again when queue entries were probed with a shared `flock`.
+        (3, 0, true, 0),
+        (5, 1, false, 0),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

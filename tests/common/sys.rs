@@ -142,6 +142,14 @@ pub fn exchanges_names(dir: &std::path::Path) -> bool {
     done
 }
 
+/// Whether test `test` skips (see [`super::lacks`]) because the filesystem of directory `dir`
+/// does not exchange names ([`exchanges_names`]).
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+pub fn lacks_exchange(test: &str, dir: &std::path::Path) -> bool {
+    let need = "a temporary directory on a filesystem that exchanges names (tmpfs, ext4, APFS)";
+    super::lacks(test, need, exchanges_names(dir))
+}
+
 /// The write end of a pipe whose read end is closed: what a process writes there raises
 /// SIGPIPE in it (or fails with `EPIPE`).
 pub fn broken_pipe() -> std::os::fd::OwnedFd {

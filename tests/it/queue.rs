@@ -402,13 +402,8 @@ fn quick_handoffs_between_processes_never_touch_anothers_lock() {
 #[test]
 fn a_release_hands_the_lock_to_a_stopped_waiter() {
     let fx = Fixture::new();
-    let exchanges = crate::common::sys::exchanges_names(fx.tmp.path());
-    let need = "a temporary directory on a filesystem that exchanges names (tmpfs, ext4, APFS)";
-    if lacks(
-        "queue::a_release_hands_the_lock_to_a_stopped_waiter",
-        need,
-        exchanges,
-    ) {
+    let test = "queue::a_release_hands_the_lock_to_a_stopped_waiter";
+    if crate::common::sys::lacks_exchange(test, fx.tmp.path()) {
         return;
     }
     let held = fx.locks.named_lock(LOCK).acquire().unwrap();

@@ -929,7 +929,7 @@ MUTANTS = [
     ("waiter-publishes-past-a-live-waiter-ahead", "src/protocol/contend/queued.rs",
      "        let first = ticket.ahead(sp)?;",
      "        let first = ticket.ahead(sp).filter(|_| false)?;",
-     "async", "order::a_task_behind_another_keeps_its_place_before_a_thread_that_came_after_it"),
+     "lib", "protocol::contend::queued::tests::a_waiter_lets_a_live_waiter_ahead_take_the_free_lock_first"),
     ("defer-window-kept-across-waiters-ahead", "src/protocol/contend/queued.rs",
      "            Some((_, _, turns)) if turns < DEFER_TURNS => (now, turns + 1),",
      "            Some((_, _, turns)) if false => (now, turns + 1),",

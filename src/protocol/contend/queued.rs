@@ -292,4 +292,44 @@ mod tests {
         let mut d = Deferral::default();
         assert!(d.defers(ms(2_000), 9));
     }
+
+    /// A waiter that finds the lock free while a live waiter queued ahead of it has yet to take
+    /// it lets that one publish first (a pause) rather than publish past it. (Nothing races a
+    /// clock: the window starts when the waiter first finds the one ahead.)
+    #[cfg(unix)]
+    #[test]
+    fn a_waiter_lets_a_live_waiter_ahead_take_the_free_lock_first() {
+        use crate::options::{Options, Wait};
+        use crate::protocol::stage::Request;
+        use crate::space::Space;
+        use crate::sys::{Clock, Real};
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Real.open_dir_path(tmp.path()).unwrap();
+        let me = Real.identity();
+        let sp = Space {
+            sys: &Real,
+            dir: &dir,
+            path: tmp.path(),
+            uid: me.uid,
+            shared: None,
+        };
+        let options = Options::new(Wait::Forever);
+        let req = Request {
+            name: "x.lock",
+            resource: "x",
+            options: &options,
+            started: Real.monotonic(),
+        };
+        let mut ahead = Contender::new(&sp, &req, &me).unwrap();
+        ahead.enqueue();
+        assert!(ahead.ticket.is_some(), "the waiter ahead took no number");
+        let mut behind = Contender::new(&sp, &req, &me).unwrap();
+        let next = behind.round().unwrap();
+        assert!(behind.ticket.is_some(), "the waiter behind took no number");
+        assert!(
+            matches!(next, Next::Pause(_)),
+            "the waiter behind did not let the live one ahead go first"
+        );
+        assert!(!tmp.path().join("x.lock").exists(), "the lock was taken");
+    }
 }

@@ -398,6 +398,15 @@ fn ordered(names: Vec<String>) -> Vec<Queued> {
     entries
 }
 
+/// Whether the lock directory holds no directory but the one a caller knows of (our lock, or
+/// our candidate), so no queue: its link count is 3. It costs no lookup of a missing name
+/// (tmpfs makes and frees an entry for each). Where link counts do not count directories
+/// (btrfs and Windows say 1, some network filesystems 2), the queue is looked for by name. A
+/// count of 3 said wrongly would cost the queue's order only, never exclusion.
+pub(crate) fn no_queue<S: System>(sp: &Space<S>) -> bool {
+    sp.sys.meta(sp.dir).is_ok_and(|m| m.nlink == 3)
+}
+
 /// Whether a live writer (a thread's or a task's entry) waits in `NAME`'s queue, or one cannot
 /// be judged: a reader that finds a read lock takes a number only then (a queue left to
 /// drafts of the dead, or to readers, costs it one listing).
@@ -494,6 +503,9 @@ pub(crate) fn hand_over<S: System>(
     holder_queued: bool,
     keep: &mut Vec<S::Dir>,
 ) -> Option<String> {
+    if !holder_queued && no_queue(sp) {
+        return None;
+    }
     let queue = sp.sys.open_dir_at(sp.dir, &queue_name(lock)).ok()?;
     let names = ordered(sp.sys.list_opened(&queue).ok()?);
     let mut tries = 0;

@@ -329,7 +329,14 @@ impl State {
     pub(crate) fn meta(&self, ino: Ino) -> Meta {
         let i = &self.inodes[&ino];
         let (kind, size, nlink) = match &i.node {
-            Node::Dir(e) => (Kind::Dir, 4096, 2 + e.len() as u64),
+            // As on Linux's own filesystems: `.`, the name, and each subdirectory's `..`.
+            Node::Dir(e) => {
+                let subdirs = e
+                    .values()
+                    .filter(|i| matches!(self.inodes[i].node, Node::Dir(_)))
+                    .count();
+                (Kind::Dir, 4096, 2 + subdirs as u64)
+            }
             Node::File(d) => (Kind::File, d.len() as u64, 1),
         };
         let nlink = if i.linked { nlink } else { 0 };

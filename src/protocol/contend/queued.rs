@@ -57,7 +57,10 @@ impl<'r, S: System> Contender<'r, '_, S> {
     /// take the free lock first (a pause); `None`: publish.
     fn before_publish(&mut self) -> Option<Next<S>> {
         let (sp, name) = (self.sp, self.req.name);
-        if self.ticket.is_none() && sp.sys.meta_at(sp.dir, &queue_name(name)).is_ok() {
+        if self.ticket.is_none()
+            && !queue::no_queue(sp)
+            && sp.sys.meta_at(sp.dir, &queue_name(name)).is_ok()
+        {
             self.enqueue();
         }
         let Some(ticket) = &self.ticket else {

@@ -271,7 +271,12 @@ pub(crate) fn left_nothing(sys: &SimSys, task: usize) {
     };
     let mut left: Vec<String> = Vec::new();
     for (n, ino) in entries {
-        if st.record(*ino).is_some_and(|o| mine(&o.token)) {
+        // A tombstone named by another's token is that one's to reap: a waiter that gave up
+        // as a give-up of ours handed it our old lock withdraws it to its own, then removes it.
+        let others = n
+            .rsplit_once(".tombstone.")
+            .is_some_and(|(_, token)| !mine(token));
+        if !others && st.record(*ino).is_some_and(|o| mine(&o.token)) {
             left.push(n.clone());
         }
         if !matches!(classify(n), Entry::Lock(_)) {

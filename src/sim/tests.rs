@@ -279,6 +279,26 @@ fn random_schedules_of_three_and_four_processes() {
     eprintln!("random: {steps} steps");
 }
 
+/// Waiters in a hurry (5 ms, where each system call of another process takes a virtual
+/// millisecond): most give up, some at the moment a release hands them the lock, and one that
+/// gave up as it was handed the lock hands it on in turn. Such a lock is released at once
+/// (I13), no release finds its lock lost, and a waiter that gave up leaves nothing of its own
+/// behind but what another's give-up withdrew from its candidate's name to reap (seed 2).
+#[test]
+fn waiters_that_give_up_as_they_are_handed_the_lock() {
+    let hurried = Script::Worker {
+        rounds: 3,
+        wait: Wait::Timeout(Duration::from_millis(5)),
+    };
+    let mut steps = 0;
+    for crashes in [0, 1] {
+        let mut cfg = config(vec![hurried; 4], Mutant::None);
+        cfg.crashes = crashes;
+        steps += random(&cfg, 0..300);
+    }
+    eprintln!("waiters giving up: {steps} steps");
+}
+
 /// Observers beside acquirers (status, sweep with grace 0, a temp cleaner removing the
 /// lock directory, an operator's unlock) never make an acquisition fail, and hostile
 /// records (unsafe tokens, our own pid, another host name on this kernel, a clock set

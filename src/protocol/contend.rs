@@ -41,6 +41,9 @@ pub(crate) enum Evidence {
     /// Writers waiting for a shared lock's readers (their shared `flock`s on `NAME.writers`),
     /// which a reader lets go first.
     Writer,
+    /// The writer queued nearest ahead of a reader, waiting in the shared lock: the exclusive
+    /// `flock` on its queue entry, probed with a shared one (see [`Contender::changed`]).
+    WriterAhead,
     /// Nothing but the directory (an owner that cannot be judged from here, or a dead one
     /// waited out for the grace period).
     Nothing,
@@ -51,7 +54,7 @@ impl Evidence {
     fn watched(self) -> (Option<u32>, bool) {
         match self {
             Evidence::Beacon(pid) => (pid, true),
-            Evidence::Readers | Evidence::Writer => (None, true),
+            Evidence::Readers | Evidence::Writer | Evidence::WriterAhead => (None, true),
             Evidence::Pid(pid) => (Some(pid), false),
             Evidence::Nothing => (None, false),
         }
@@ -112,7 +115,10 @@ impl<S: System> Waiting<S> {
 
     /// Whether it waits for a shared lock's readers, or (a reader) for a writer among them.
     pub(crate) fn among_readers(&self) -> bool {
-        matches!(self.evidence, Evidence::Readers | Evidence::Writer)
+        matches!(
+            self.evidence,
+            Evidence::Readers | Evidence::Writer | Evidence::WriterAhead
+        )
     }
 }
 
@@ -143,8 +149,9 @@ pub(crate) struct Contender<'r, 'a, S: System> {
     reclaimed_from: Option<Owner>,
     /// A reader: the shared lock it joined (instead of publishing its candidate).
     joined: Option<Held<S>>,
-    /// A reader: the entry of the writer it lets go first, while that writer waits.
-    behind: Option<(S::Dir, FileId)>,
+    /// A reader: what it waits on to let writers go first, while they wait (`NAME.writers`, or
+    /// the entry of the writer queued ahead of it), and which of the two ([`Evidence`]).
+    behind: Option<(S::Dir, FileId, Evidence)>,
     /// A writer: its entry in the shared lock whose readers it waits for (that lock's
     /// directory, and its identity), which keeps new readers out.
     intent: Option<Intent<S>>,
@@ -295,8 +302,8 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
     /// After a [`Next::Wait`]: keeps what a wait for a holder keeps until our publish is
     /// done, its `watch` and the directory it watched.
     pub(crate) fn waited(&mut self, w: Waiting<S>, watch: Option<S::Watch>) {
-        if w.evidence == Evidence::Writer {
-            self.behind = Some((w.dir, w.id));
+        if matches!(w.evidence, Evidence::Writer | Evidence::WriterAhead) {
+            self.behind = Some((w.dir, w.id, w.evidence));
         } else if w.keep {
             let c = self.staged();
             c.last_watch = watch;
@@ -324,13 +331,19 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
     pub(crate) fn changed(&self, w: &Waiting<S>) -> bool {
         let sp = self.sp;
         let free = |readers| beacon_free(sp.sys, &w.dir, readers).unwrap_or(false);
-        if w.evidence == Evidence::Writer {
-            return free(true); // no writer waits any more (each won, gave up or died)
+        match w.evidence {
+            Evidence::Writer => return free(true), // no writer waits (won, gave up or died)
+            Evidence::WriterAhead => return free(false), // see below
+            _ => {}
         }
-        // The waiter ahead of us no longer waits (it holds the lock, gave up or died).
+        // The waiter ahead of us no longer waits (it holds the lock, gave up or died): its
+        // entry's exclusive `flock` is free. Probed with a shared one, kept (as a release
+        // probes entries): an exclusive probe, for the instant it held, made a release take
+        // that waiter for one still waiting, and hand the lock to its candidate's name, where
+        // the lock's previous directory may be until its holder retires it.
         if w.ahead
             .as_ref()
-            .is_some_and(|e| beacon_free(sp.sys, e, true).unwrap_or(false))
+            .is_some_and(|e| beacon_free(sp.sys, e, false).unwrap_or(false))
         {
             return true;
         }
@@ -343,7 +356,7 @@ impl<'r, 'a, S: System> Contender<'r, 'a, S> {
                 Evidence::Beacon(_) => free(false),
                 Evidence::Readers => free(true),
                 Evidence::Pid(p) => sp.sys.process_alive(p) == Some(false),
-                Evidence::Writer | Evidence::Nothing => false,
+                Evidence::Writer | Evidence::WriterAhead | Evidence::Nothing => false,
             }
     }
 

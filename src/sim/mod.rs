@@ -10,7 +10,7 @@
 //! a baton back to the scheduler, which picks who runs next (seeded at random, or exhaustively
 //! by depth-first search within a preemption bound) and may crash any process there, as
 //! `SIGKILL` would: its descriptors close (dropping its `flock`s) and its thread unwinds
-//! without touching the model again. After every step the invariants I1 to I14 of the protocol
+//! without touching the model again. After every step the invariants I1 to I15 of the protocol
 //! (`docs/internals.md`, Invariants) are checked against the model's ground truth.
 //!
 //! Shared locks ([`readers`]): readers read for virtual seconds, their keeper looking at the

@@ -1,6 +1,6 @@
 //! The queue and the handoff under simulation: the exchange of two names, and the checks of
-//! I13 (no lock is left to a waiter that gave up) and I14 (a handoff goes to the first live
-//! waiter).
+//! I13 (no lock is left to a waiter that gave up), I14 (a handoff goes to the first live
+//! waiter) and I15 (only its waiter takes an entry's exclusive `flock`).
 
 use super::*;
 use crate::paths::{queue_name, Queued};
@@ -81,6 +81,33 @@ impl State {
             let (n, m) = (number, q.number);
             self.violation(format!(
                 "I14: p{slot} handed {lock} to waiter {n} past live waiter {m}, queued before it"
+            ));
+        }
+    }
+
+    /// I15: nobody takes the exclusive `flock` of a numbered queue entry (its waiter holds it
+    /// from before its number, as a draft): for the instant it is held, a release takes the
+    /// entry's waiter, which may hold the lock already, for one still waiting, and hands the
+    /// lock to its candidate's name, where the lock's previous directory may still be.
+    pub(crate) fn check_entry_flock(&mut self, slot: usize, ino: Ino) {
+        let Ok(entries) = self.dir_entries(self.d()) else {
+            return;
+        };
+        let queues: Vec<Ino> = entries
+            .iter()
+            .filter(|(n, _)| n.ends_with(".queue"))
+            .map(|(_, i)| *i)
+            .collect();
+        let entry = queues.iter().find_map(|q| {
+            let entries = self.dir_entries(*q).ok()?;
+            entries
+                .iter()
+                .find(|(n, i)| **i == ino && Queued::parse(n).is_some())
+                .map(|(n, _)| n.clone())
+        });
+        if let Some(name) = entry {
+            self.violation(format!(
+                "I15: p{slot} took the exclusive flock of queue entry {name}"
             ));
         }
     }

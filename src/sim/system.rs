@@ -464,6 +464,9 @@ impl System for SimSys {
                 st.ofds.get_mut(&fd).expect("open").lock = Some(exclusive);
                 st.book
                     .locked(slot, self.task.get(), ino, exclusive, st.trace.len());
+                if exclusive {
+                    st.check_entry_flock(slot, ino);
+                }
                 Ok(true)
             },
         )

@@ -30,12 +30,15 @@ impl<S: System> Contender<'_, '_, S> {
             None if !reads => None,
             None => shared::waiting_writers(sp, name)
                 .and_then(|writers| self.waits_for(writers))
-                .map(|dir| (dir, FileId { dev: 0, ino: 0 })),
+                .map(|(dir, evidence)| (dir, FileId { dev: 0, ino: 0 }, evidence)),
         };
-        let Some((writer, id)) = found else {
+        let Some((writer, id, evidence)) = found else {
             return Ok(None);
         };
-        if beacon_free(self.sp.sys, &writer, true).unwrap_or(false) {
+        // `NAME.writers`: free of every waiting writer's shared `flock`. A writer's entry:
+        // free of its exclusive one (see `Contender::changed`).
+        let writers = evidence == Evidence::Writer;
+        if beacon_free(self.sp.sys, &writer, writers).unwrap_or(false) {
             return Ok(None);
         }
         // Who holds the lock, for the caller's `on_wait` and the words of giving up: the
@@ -57,7 +60,7 @@ impl<S: System> Contender<'_, '_, S> {
         if self.take_a_number()? {
             return Ok(Some(Next::Again));
         }
-        Ok(Some(self.wait(writer, id, Evidence::Writer, None, false)))
+        Ok(Some(self.wait(writer, id, evidence, None, false)))
     }
 
     /// A reader about to wait behind a writer, not yet queued, takes a number (staging its
@@ -126,13 +129,13 @@ impl<S: System> Contender<'_, '_, S> {
                 }
                 // Queued and waiting for none of them: the writer that keeps us out is not in
                 // the queue, so all of them, as unqueued.
-                let writer = self
-                    .waits_for(writer)
-                    .or_else(|| shared::waiting_writers(self.sp, self.req.name));
-                let Some(writer) = writer else {
+                let writer = self.waits_for(writer).or_else(|| {
+                    shared::waiting_writers(self.sp, self.req.name).map(|w| (w, Evidence::Writer))
+                });
+                let Some((writer, evidence)) = writer else {
                     return self.idle_round();
                 };
-                Ok(self.wait(writer, meta.id, Evidence::Writer, None, false))
+                Ok(self.wait(writer, meta.id, evidence, None, false))
             }
         }
     }
@@ -141,14 +144,14 @@ impl<S: System> Contender<'_, '_, S> {
     /// them (`writers`) unless it is queued; queued, the entry of the nearest writer queued
     /// ahead of it, when that writer waits in the lock (else `None`: it waits for none of
     /// them), and `writers` when the queue cannot be read.
-    fn waits_for(&self, writers: S::Dir) -> Option<S::Dir> {
+    fn waits_for(&self, writers: S::Dir) -> Option<(S::Dir, Evidence)> {
         let Some(ticket) = self.ticket.as_ref() else {
-            return Some(writers);
+            return Some((writers, Evidence::Writer));
         };
         match ticket.writer_ahead(self.sp) {
-            Ahead::Unknown => Some(writers),
+            Ahead::Unknown => Some((writers, Evidence::Writer)),
             Ahead::Writer(entry, token) if shared::waits_in(self.sp, self.req.name, &token) => {
-                Some(entry)
+                Some((entry, Evidence::WriterAhead))
             }
             Ahead::Writer(..) | Ahead::Nobody => None,
         }

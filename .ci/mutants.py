@@ -880,7 +880,7 @@ MUTANTS = [
      "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
     ("queue-reader-waits-for-writers-behind-it", "src/protocol/contend/readers.rs",
      "            Ahead::Writer(..) | Ahead::Nobody => None,",
-     "            Ahead::Writer(..) | Ahead::Nobody => Some(writers),",
+     "            Ahead::Writer(..) | Ahead::Nobody => Some((writers, Evidence::Writer)),",
      "it", "queue::readers_behind_a_writer_go_before_a_writer_that_came_after_them"),
     ("queue-reader-passes-a-writer-ahead", "src/protocol/queue.rs",
      "        match self.nearest_ahead(sp, |q| q.kind != Waiter::Reader) {",

@@ -418,6 +418,8 @@ fn regressions_of_shared_locks() {
         // Moved again when queue entries were probed with a shared `flock`.
         (3, 0, true, 0),
         (5, 1, false, 0),
+        // Moved again when waiters behind an entry probed it with a shared `flock` too.
+        (5, 5, false, 0),
     ];
     for (n, seed, split, crashes) in cases {
         let mut cfg = shape(n);

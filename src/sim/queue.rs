@@ -90,22 +90,17 @@ impl State {
     /// entry's waiter, which may hold the lock already, for one still waiting, and hands the
     /// lock to its candidate's name, where the lock's previous directory may still be.
     pub(crate) fn check_entry_flock(&mut self, slot: usize, ino: Ino) {
-        let Ok(entries) = self.dir_entries(self.d()) else {
+        let Ok(queue) = self.lookup(self.d(), &queue_name(LOCK)) else {
             return;
         };
-        let queues: Vec<Ino> = entries
+        let Ok(entries) = self.dir_entries(queue) else {
+            return;
+        };
+        let entry = entries
             .iter()
-            .filter(|(n, _)| n.ends_with(".queue"))
-            .map(|(_, i)| *i)
-            .collect();
-        let entry = queues.iter().find_map(|q| {
-            let entries = self.dir_entries(*q).ok()?;
-            entries
-                .iter()
-                .find(|(n, i)| **i == ino && Queued::parse(n).is_some())
-                .map(|(n, _)| n.clone())
-        });
-        if let Some(name) = entry {
+            .find(|(n, i)| **i == ino && Queued::parse(n).is_some());
+        if let Some((name, _)) = entry {
+            let name = name.clone();
             self.violation(format!(
                 "I15: p{slot} took the exclusive flock of queue entry {name}"
             ));

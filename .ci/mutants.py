@@ -872,7 +872,7 @@ MUTANTS = [
     ("candidate-unstaged-after-its-flock", "src/protocol/stage.rs",
      "    remove_entry_dir(sp.sys, sp.dir, &c.name, c.dir);\n    sp.sys.own_token",
      "    drop(c.dir);\n    remove_tree(sp.sys, sp.dir, &c.name);\n    sp.sys.own_token",
-     "lib", "sim::tests::arbitrary_schedules_keep_the_invariants"),
+     "lib", "sim::tests::regressions"),
     # Readers in the queue.
     ("queue-reader-behind-a-writer-takes-no-number", "src/protocol/contend/readers.rs",
      "        if self.ticket.is_some() || self.fail_fast {",

@@ -139,6 +139,25 @@ impl State {
         }
     }
 
+    /// I6 for a candidate: `slot` moves `name`, the candidate of token `token` (inode `src`),
+    /// away. One its maker still stages (its record is its own; a candidate's name holding
+    /// another's record holds the lock before a handoff, on its way out) is another process's
+    /// to move only once its maker is dead: a maker that gives it up removes its record
+    /// before it lets go of its `flock` (see `stage::unstage`).
+    pub(crate) fn moving_candidate(&mut self, slot: usize, src: Ino, name: &str, token: &str) {
+        if self.record(src).is_none_or(|o| o.token != token) {
+            return;
+        }
+        let Some(&(maker, _)) = self.tokens.get(token) else {
+            return;
+        };
+        if self.procs[maker].alive && self.procs[maker].process != self.procs[slot].process {
+            self.violation(format!(
+                "I6: p{slot} moved away {name}, the candidate of live p{maker}"
+            ));
+        }
+    }
+
     /// I11: `(slot, task)` made `name` in directory `dir`. A reader's entry in the published
     /// lock is its coming in: no live writer's entry may wait there, made and locked before
     /// the reader's last look for writers (or at all, if it did not look), unless the reader

@@ -317,8 +317,10 @@ impl System for SimSys {
                 st.unlinked(dst);
                 st.inodes.remove(&dst);
             }
-            if let Entry::Lock(lock) = classify(from) {
-                st.moving(slot, self.task.get(), src, &lock);
+            match classify(from) {
+                Entry::Lock(lock) => st.moving(slot, self.task.get(), src, &lock),
+                Entry::Candidate { token, .. } => st.moving_candidate(slot, src, from, &token),
+                _ => {}
             }
             let entries = st.dir_entries_mut(dir)?;
             entries.remove(from);

@@ -147,6 +147,15 @@ fn regressions() {
     if let Err(v) = run(&cfg, &mut Random::new(45)) {
         panic!("seed 45 (four waiting workers):\n{v}");
     }
+    // Workers that fail fast beside a sweep with no grace: a maker giving up its candidate
+    // keeps its `flock` until its record is gone, or the sweep takes it for a dead one's (I6).
+    let mut scripts = workers(3, Wait::Immediately);
+    scripts.push(Script::SweeperNow);
+    let mut cfg = config(scripts, Mutant::None);
+    (cfg.crashes, cfg.no_pidfd) = (0, true);
+    if let Err(v) = run(&cfg, &mut Random::new(14)) {
+        panic!("seed 14 (a sweep beside workers that fail fast):\n{v}");
+    }
     // Fuzz inputs. First: a planted record named the pid of a forked child, which in the model
     // exists (live) before its parent forks it: the parent waited for it forever, it for its
     // parent (the fuzz smoke of issue 18's CI; a deadlock of the scenario, not the protocol).

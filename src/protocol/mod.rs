@@ -93,6 +93,8 @@ fn hand_over_or_retire<S: System>(
         Some(_) => {
             let _ = sp.sys.unlock(&held.beacon);
             drop(opened);
+            // Let the waiter, woken on this processor, run first: the retiring can wait.
+            sp.sys.yield_now();
         }
         None => {
             drop(opened); // first: an open directory cannot be removed on Windows

@@ -567,6 +567,9 @@ impl System for SimSys {
         self.world.lock().turns.then_some(Duration::ZERO)
     }
 
+    /// The scheduler decides who runs next, at every step.
+    fn yield_now(&self) {}
+
     fn sleep(
         &self,
         watch: Option<&SimWatch>,

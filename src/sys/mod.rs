@@ -405,6 +405,12 @@ pub trait System: Clock {
     fn look_again(&self) -> Option<Duration> {
         Some(Duration::from_secs(1))
     }
+    /// Gives the processor to another runnable thread, if any (a release that just woke the
+    /// waiter it handed the lock to lets it run first, on this processor, where the kernel
+    /// put it: its clean-up can wait). A simulation schedules its own steps: a no-op there.
+    fn yield_now(&self) {
+        std::thread::yield_now();
+    }
     /// How long waiters may keep a lock among themselves, handing it on, before a release
     /// leaves it free for those that do not queue (`None`: the protocol's two seconds; a
     /// simulation, whose schedules never last that long, gives a turn at every release).

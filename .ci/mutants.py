@@ -1039,6 +1039,15 @@ MUTANTS = [
      "        if record_named(&e) {",
      "        if true || record_named(&e) {",
      "lib", "reclaim::force::tests::a_forced_removal_leaves_what_came_in_meanwhile"),
+    # An observer: a file where the queue belongs.
+    ("status-fails-on-a-file-where-the-queue-belongs", "src/inspect.rs",
+     "        Err(e) if e.kind() == io::ErrorKind::NotFound || is_not_dir(&e) => return Ok(()),",
+     "        Err(e) if e.kind() == io::ErrorKind::NotFound || is_not_dir(&e) && false => return Ok(()),",
+     "it", "hostile::a_file_where_the_queue_belongs_fails_no_status"),
+    ("status-says-a-killed-waiter-held-the-lock", "cli/src/status.rs",
+     "        dirlock::Role::Queued => (\"ended while waiting\", p),",
+     "        dirlock::Role::Queued => (\"ended without releasing it\", p),",
+     "cli", "signals::a_waiter_killed_while_it_waits_is_said_to_have_ended_waiting"),
 
 ]
 

@@ -10,7 +10,7 @@ use crate::paths::{
 };
 use crate::protocol::shared;
 use crate::reclaim::{open_guard, stranger, Guard};
-use crate::space::{beacon_free, creator, Creator, Seen, Space};
+use crate::space::{beacon_free, creator, is_not_dir, Creator, Seen, Space};
 use crate::sys::{gone, Identity, Meta, System};
 use std::collections::BTreeMap;
 use std::io;
@@ -349,7 +349,7 @@ fn queued<S: System>(
     let qname = queue_name(name);
     let queue = match sp.sys.open_dir_at(sp.dir, &qname) {
         Ok(q) => q,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound || is_not_dir(&e) => return Ok(()),
         Err(e) => return Err(sp.io("open the queue of", name, e)),
     };
     let path = sp.entry(&qname);

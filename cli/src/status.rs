@@ -348,11 +348,11 @@ fn parties(st: &Status, out: &mut String) {
         true => ("waiting to write", p),
         false => ("waiting", p),
     }));
-    let lines = lines.chain(
-        st.departed
-            .iter()
-            .map(|p| ("ended without releasing it", p)),
-    );
+    let lines = lines.chain(st.departed.iter().map(|p| match p.role {
+        dirlock::Role::Writer => ("ended while waiting to write", p),
+        dirlock::Role::Queued => ("ended while waiting", p),
+        _ => ("ended without releasing it", p),
+    }));
     for (label, p) in lines {
         let _ = writeln!(out, "  {label}: {}", party_words(p));
     }
@@ -371,12 +371,6 @@ fn party_words(p: &Party) -> String {
     }
     if p.liveness == Liveness::Unknown {
         words.push_str(", which cannot be checked from here");
-    }
-    if p.role == dirlock::Role::Writer && p.liveness.is_dead() {
-        words.push_str(" (it was waiting to write it)");
-    }
-    if p.role == dirlock::Role::Queued && p.liveness.is_dead() {
-        words.push_str(" (it was waiting its turn)");
     }
     words
 }

@@ -442,3 +442,26 @@ fn a_fifo_record_without_a_writer_does_not_block_the_open() {
     // Opening a FIFO for reading blocks until a writer comes, unless O_NONBLOCK.
     refused(&fx, "FIFO");
 }
+
+/// A file, or a link, where a lock's queue belongs turns the queue off (a sweep removes it):
+/// `status` of that lock, and of every lock, still reports the holder.
+#[test]
+fn a_file_where_the_queue_belongs_fails_no_status() {
+    let fx = Fixture::new();
+    for planted in ["file", "link"] {
+        let queue = fx.dir().join("q.lock.queue");
+        match planted {
+            "file" => std::fs::write(&queue, "").unwrap(),
+            _ => symlink(fx.tmp.path(), &queue).unwrap(),
+        }
+        let held = fx.locks.named_lock("q.lock").acquire().unwrap();
+        let st = fx.locks.named_lock("q.lock").status().unwrap();
+        assert!(
+            st.owner.is_some() && st.queue.is_empty(),
+            "{planted}: {st:?}"
+        );
+        assert_eq!(fx.locks.statuses().unwrap().len(), 1, "{planted}");
+        held.release().unwrap();
+        std::fs::remove_file(&queue).unwrap();
+    }
+}

@@ -387,3 +387,34 @@ fn a_broken_stderr_stops_nothing() {
         assert!(ran.exists(), "waited: {waited}: the command did not run");
     }
 }
+
+/// A waiter killed while it waits is listed as one that ended waiting, never as one that held
+/// the lock (it said "ended without releasing it").
+#[test]
+fn a_waiter_killed_while_it_waits_is_said_to_have_ended_waiting() {
+    let fx = Fixture::new();
+    let _holder = Holder::start(fx.dir(), &["--lock", "w.lock"]);
+    let args = [
+        "run",
+        "--lock",
+        "w.lock",
+        "--purpose",
+        "nightly",
+        "--",
+        "true",
+    ];
+    let mut waiter = ChildGuard::spawn(dirlock_in(fx.dir(), &args).stderr(Stdio::null()));
+    let status =
+        || crate::cli::text(&crate::cli::dirlock(fx.dir(), &["status", "--lock", "w.lock"]).stdout);
+    assert!(eventually(Duration::from_secs(20), || status()
+        .contains("  waiting: pid")));
+    assert!(signal(waiter.0.id(), libc::SIGKILL));
+    waiter.wait_for(Duration::from_secs(10)).unwrap();
+    let says = status();
+    let pid = waiter.0.id();
+    assert!(
+        says.contains(&format!("  ended while waiting: pid {pid} ")),
+        "{says}"
+    );
+    assert!(!says.contains("without releasing"), "{says}");
+}

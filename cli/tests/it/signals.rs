@@ -1,6 +1,7 @@
 //! Signals: any that would end `dirlock run` abandons a wait and runs nothing; one that comes
 //! while the command starts is not lost; once it runs, they reach it, after a wait too.
 
+use crate::cli::{dirlock, text};
 use crate::common::*;
 use crate::{dirlock_in, BIN};
 use std::process::{Command, Stdio};
@@ -404,8 +405,7 @@ fn a_waiter_killed_while_it_waits_is_said_to_have_ended_waiting() {
         "true",
     ];
     let mut waiter = ChildGuard::spawn(dirlock_in(fx.dir(), &args).stderr(Stdio::null()));
-    let status =
-        || crate::cli::text(&crate::cli::dirlock(fx.dir(), &["status", "--lock", "w.lock"]).stdout);
+    let status = || text(&dirlock(fx.dir(), &["status", "--lock", "w.lock"]).stdout);
     assert!(eventually(Duration::from_secs(20), || status()
         .contains("  waiting: pid")));
     assert!(signal(waiter.0.id(), libc::SIGKILL));

@@ -4,6 +4,7 @@
 use crate::error::Error;
 use crate::options::since;
 use crate::paths::{classify, tombstone_name, Entry};
+use crate::protocol::queue;
 use crate::space::{creator, remove_tree, Creator, Space};
 use crate::sys::{Identity, System};
 use std::io;
@@ -61,8 +62,7 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
             },
             // Left by waiters that died in the lock's queue: removed once no one waits.
             Entry::Queue { .. } => match crate::protocol::queue::sweep(sp, &entry) {
-                Ok(true) => Swept::Removed,
-                Ok(false) => Swept::Kept("processes wait their turn in it".into()),
+                Ok(queue) => queue_kept(sp, &entry, queue),
                 Err(_) => Swept::Untouched,
             },
             _ => Swept::Untouched,
@@ -75,6 +75,30 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
         }
     }
     Ok(report)
+}
+
+/// The sweep of lock queue `entry`, in the user's words.
+fn queue_kept<S: System>(sp: &Space<S>, entry: &str, swept: queue::Swept) -> Swept {
+    let path = |names: Vec<String>| {
+        let paths = names.iter().map(|n| sp.entry(entry).join(n));
+        paths
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Swept::Kept(match swept {
+        queue::Swept::Removed => return Swept::Removed,
+        queue::Swept::Waiters(1) => "a run waits its turn in it".into(),
+        queue::Swept::Waiters(n) => format!("{n} runs wait their turn in it"),
+        queue::Swept::Strays(names) if names.is_empty() => {
+            "a run came to wait in it meanwhile".into()
+        }
+        queue::Swept::Strays(names) => format!("it holds what no run made there: {}", path(names)),
+        queue::Swept::Barred(names) => format!(
+            "it holds {}, which no run can open: runs pass it over; remove it",
+            path(names)
+        ),
+    })
 }
 
 /// What a sweep did with one entry.
@@ -103,9 +127,9 @@ fn sweep_candidate<S: System>(
     };
     let age = since(sp.sys, meta.mtime).unwrap_or_default();
     if age < grace {
-        return Swept::Kept(
-            "it is younger than the grace period (a run may be starting with it)".into(),
-        );
+        // (Whoever made it: a run may be starting with it, or one that ended may have left
+        // it; neither is told before the grace period is over.)
+        return Swept::Kept("it is younger than the grace period".into());
     }
     let Ok(dir) = sp.sys.open_dir_at(sp.dir, entry) else {
         return Swept::Kept("it cannot be opened".into());

@@ -346,6 +346,7 @@ fn parties(st: &Status, out: &mut String) {
     );
     let lines = lines.chain(st.queue.iter().map(|p| match among(&st.writers, p) {
         true => ("waiting to write", p),
+        false if p.owner.is_none() => ("in the queue", p),
         false => ("waiting", p),
     }));
     let lines = lines.chain(st.departed.iter().map(|p| match p.role {
@@ -363,6 +364,8 @@ fn parties(st: &Status, out: &mut String) {
 fn party_words(p: &Party) -> String {
     let mut words = match (&p.owner, p.liveness) {
         (Some(o), _) => o.to_string(),
+        // Something in the queue that cannot be read, named (runs pass it over).
+        (None, _) if p.role == dirlock::Role::Queued => return escape(&p.reason).into_owned(),
         (None, Liveness::Live) => "a process coming in (its record is not written yet)".into(),
         (None, _) => "a process whose record cannot be read".into(),
     };

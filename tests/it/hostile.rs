@@ -465,3 +465,74 @@ fn a_file_where_the_queue_belongs_fails_no_status() {
         std::fs::remove_file(&queue).unwrap();
     }
 }
+
+/// An entry in a lock's queue that no one may open (a careless `chmod -R go-rwx` of a shared
+/// lock directory, say) is no waiter's: every entry is made open to all who share the lock.
+/// Waiters pass it over: a release hands the lock past it to the waiter queued behind it, where
+/// it stopped there once (and every waiter deferred to it). `status` lists it and `sweep` keeps
+/// it, each naming its path. As root (whom no mode keeps out), it runs as uid 65534.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+#[test]
+fn a_queue_entry_no_one_may_open_is_passed_over_and_named() {
+    let test = "hostile::a_queue_entry_no_one_may_open_is_passed_over_and_named";
+    if is_root() {
+        if !lacks(test, "setpriv(1), to run as uid 65534", have("setpriv")) {
+            as_nobody(test);
+        }
+        return;
+    }
+    let fx = Fixture::new();
+    if crate::common::sys::lacks_exchange(test, fx.tmp.path()) {
+        return;
+    }
+    let queue = private_dir(&fx.dir().join(format!("{}.queue", crate::queue::LOCK)));
+    let barred = queue.join("00000000000000000000.w.barred");
+    std::fs::create_dir(&barred).unwrap();
+    std::fs::set_permissions(&barred, PermissionsExt::from_mode(0o000)).unwrap();
+    // Opened again at the end, even when the test fails, for its directory to go.
+    struct Open<'p>(&'p Path);
+    impl Drop for Open<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::set_permissions(self.0, PermissionsExt::from_mode(0o700));
+        }
+    }
+    let _open = Open(&barred);
+    // Listed with no record ("" for its purpose), ahead of the stopped waiter.
+    crate::queue::hand_to_a_stopped_waiter(&fx, &[""]);
+    let named = |why: &str| why.contains(&*barred.to_string_lossy());
+    let st = fx.locks.named_lock(crate::queue::LOCK).status().unwrap();
+    let listed: Vec<_> = st
+        .queue
+        .iter()
+        .map(|p| (p.liveness, named(&p.reason)))
+        .collect();
+    assert_eq!(
+        listed,
+        [(dirlock::Liveness::Unknown, true)],
+        "{:?}",
+        st.queue
+    );
+    let swept = fx.locks.sweep(Duration::ZERO).unwrap();
+    let kept: Vec<_> = swept
+        .kept
+        .iter()
+        .map(|(n, why)| (n.as_str(), named(why)))
+        .collect();
+    assert_eq!(kept, [("q.lock.queue", true)], "{swept:?}");
+}
+
+/// Runs test `test` of this binary as uid 65534, in a temporary directory of its own, and
+/// fails if it fails.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+fn as_nobody(test: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(tmp.path(), Some(65534), Some(65534)).unwrap();
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--quiet", "--test-threads=1"])
+        .env("TMPDIR", tmp.path());
+    let mut child = ChildGuard::spawn(cmd);
+    let status = child.wait_for(Duration::from_secs(120)).expect("wedged");
+    assert!(status.success(), "{test}, as uid 65534: {status}");
+}

@@ -403,19 +403,27 @@ fn quick_handoffs_between_processes_never_touch_anothers_lock() {
 fn a_release_hands_the_lock_to_a_stopped_waiter() {
     let fx = Fixture::new();
     let test = "queue::a_release_hands_the_lock_to_a_stopped_waiter";
-    if crate::common::sys::lacks_exchange(test, fx.tmp.path()) {
-        return;
+    if !crate::common::sys::lacks_exchange(test, fx.tmp.path()) {
+        hand_to_a_stopped_waiter(&fx, &[]);
+        assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
     }
+}
+
+/// The handoff of [`a_release_hands_the_lock_to_a_stopped_waiter`] in `fx`, where `status`
+/// lists the queue (by purpose) as `ahead` and the stopped waiter.
+#[cfg(any(target_os = "linux", target_os = "macos"))]
+pub(crate) fn hand_to_a_stopped_waiter(fx: &Fixture, ahead: &[&str]) {
     let held = fx.locks.named_lock(LOCK).acquire().unwrap();
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "queue::waiting_process", "--ignored", "--quiet"])
         .env("DIRLOCK_QUEUE_WORKER_DIR", fx.dir())
         .stdout(std::process::Stdio::null());
     let mut child = ChildGuard::spawn(cmd);
+    let listed = [ahead, &["stopped"]].concat();
     assert!(
-        eventually(Duration::from_secs(30), || queued(&fx) == ["stopped"]),
+        eventually(Duration::from_secs(30), || queued(fx) == listed),
         "the waiting process never queued: {:?}",
-        queued(&fx)
+        queued(fx)
     );
     // Stopped for certain: a waiter still running could take a free lock itself, and a
     // release that handed nothing on would pass.
@@ -436,7 +444,6 @@ fn a_release_hands_the_lock_to_a_stopped_waiter() {
         .wait_for(Duration::from_secs(60))
         .expect("the waiter wedged");
     assert!(status.success(), "the waiter failed: {status}");
-    assert_eq!(fx.entries(), Vec::<String>::new(), "leftovers");
 }
 
 /// The waiter of [`a_release_hands_the_lock_to_a_stopped_waiter`]: takes [`LOCK`] in

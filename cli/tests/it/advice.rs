@@ -292,3 +292,41 @@ fn a_directory_that_is_no_lock_is_to_be_looked_at_not_forced() {
     );
     assert_eq!(std::fs::read(mine.join("a.jpg")).unwrap(), b"precious");
 }
+
+/// An entry in a lock's queue that no run can open (mode 000): `status` lists it in the queue
+/// by its path, and `sweep` keeps it, naming its path, and says to remove it (it is no
+/// waiter's: every run passes it over). Run as uid 65534 when root, whom no mode keeps out.
+#[test]
+fn a_queue_entry_no_run_can_open_is_named_by_its_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = "advice::a_queue_entry_no_run_can_open_is_named_by_its_path";
+    if is_root() && lacks(test, "setpriv", have("setpriv")) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = private_dir(&tmp.path().join("locks"));
+    let queue = private_dir(&dir.join("q.lock.queue"));
+    let barred = queue.join("00000000000000000000.w.x");
+    std::fs::create_dir(&barred).unwrap();
+    let theirs = [dir.as_path(), &queue, &barred];
+    let d = dir.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = as_a_normal_user(&[args, &["--dir", d]].concat(), tmp.path(), &theirs);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    std::fs::set_permissions(&barred, PermissionsExt::from_mode(0o000)).unwrap();
+    let status = run(&["status", "--lock", "q"]);
+    let sweep = run(&["sweep"]);
+    std::fs::set_permissions(&barred, PermissionsExt::from_mode(0o700)).unwrap();
+    let path = barred.display();
+    assert!(
+        status.contains(&format!("\n  in the queue: {path} cannot be read\n")),
+        "{status}"
+    );
+    assert_eq!(
+        sweep,
+        format!("kept 1 leftover of named lock q: it holds {path}, which no run can open: runs pass it over; remove it\n")
+    );
+}

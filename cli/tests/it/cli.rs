@@ -403,7 +403,8 @@ fn sweep_removes_only_what_it_may() {
         r#"{"pid":1,"token":"t"}"#,
         Duration::ZERO,
     );
-    // A dead creator's old candidate: removed. A fresh one: kept (it may be being staged).
+    // A dead creator's old candidate: removed. A fresh one: kept for its grace period (its
+    // creator's death is not what keeps it).
     plant(
         fx.dir(),
         "s.lock.candidate.dead",
@@ -414,7 +415,7 @@ fn sweep_removes_only_what_it_may() {
         plant(
             fx.dir(),
             &format!("s.lock.candidate.{fresh}"),
-            &format!(r#"{{"pid":1,"token":"{fresh}"}}"#),
+            &format!(r#"{{"pid":{},"token":"{fresh}"}}"#, dead_pid()),
             Duration::ZERO,
         );
     }
@@ -471,7 +472,7 @@ fn sweep_removes_only_what_it_may() {
     );
     // (Two kept for one reason: one line. Once a line each, thousands for thousands.)
     assert!(
-        report.contains("kept 2 leftovers of named lock s: it is younger"),
+        report.contains("kept 2 leftovers of named lock s: it is younger than the grace period\n"),
         "{report}"
     );
     assert!(

@@ -13,14 +13,14 @@
 //!   where the filesystem can; the waiter wakes holding the lock.
 //! - **Defer** ([`Ticket::ahead`]): a waiter that finds the lock free publishes only when no
 //!   live waiter is ahead of it (for a bounded time: see `contend`).
-//! - **Give a turn** ([`TURN_EVERY`]): waiters that hand the lock on without end would leave
+//! - **Give a turn** ([`TURN_EVERY`](turn::TURN_EVERY)): waiters that hand the lock on without end would leave
 //!   it free never, and a process that does not queue (the reference implementation, a dirlock
 //!   from before the queue, a try that fails fast) would never find it free. The queue's `turn`
 //!   file says when the lock was last left free. The first waiter to take a number makes it,
 //!   saying that the clock has not started ([`TURN_UNSTARTED`]; made while the waiter waits,
 //!   it costs the handoff nothing). The first release by a holder that queued starts the clock
 //!   (the file made anew, empty: it gives no turn), as does a release that finds no file. A
-//!   release that finds a started file [`TURN_EVERY`] old makes it anew, saying so, and
+//!   release that finds a started file that old makes it anew, saying so, and
 //!   releases as if no one waited, and the waiters that find the lock free then let it be for
 //!   [`TURN_FOR`] ([`Ticket::turn_given`]). The last release out of the queue removes the file
 //!   (the next waiter to queue makes it again).
@@ -35,22 +35,9 @@ use crate::sys::{is, Errno, System};
 use std::io;
 use std::time::Duration;
 
-/// How long waiters may keep the lock among themselves, handing it on, before a release leaves
-/// it free for those that do not queue.
-pub(crate) const TURN_EVERY: Duration = Duration::from_secs(2);
-
-/// How long the lock is then left free: two polls of the reference implementation (25 ms).
-pub(crate) const TURN_FOR: Duration = Duration::from_millis(50);
-
-/// What the turn file holds when a release left the lock free (the file that only starts the
-/// clock is empty: the waiters it finds do not pause for it).
-const TURN_GIVEN: &[u8] = b"given\n";
-
-/// What the turn file holds when the first waiter made it, taking its number: the clock has
-/// not started. A holder that found the lock free with no one waiting was no part of the
-/// waiters keeping it among themselves, however long it held it: the clock starts at the first
-/// release by a holder that queued (see [`turn_due`]).
-const TURN_UNSTARTED: &[u8] = b"queued\n";
+mod turn;
+pub(crate) use turn::turn_every;
+use turn::{age_of, turn_due, TURN_FOR, TURN_GIVEN, TURN_UNSTARTED};
 
 /// How many times an acquisition makes `NAME.queue` anew (the last waiter out removed it under
 /// it) before it waits unqueued.
@@ -337,55 +324,6 @@ impl<S: System> Ticket<S> {
     }
 }
 
-/// How long waiters may keep the lock among themselves on `sys` ([`TURN_EVERY`], unless the
-/// system says otherwise: see `System::turn_every`).
-pub(crate) fn turn_every<S: System>(sys: &S) -> Duration {
-    sys.turn_every().unwrap_or(TURN_EVERY)
-}
-
-/// The age of a turn file dated `made` by our clock; `None` when it is dated [`TURN_FOR`] or
-/// more ahead of our clock (the clock was set back since it was made): it gives no turn, and
-/// is made anew.
-fn age_of<S: System>(sys: &S, made: std::time::SystemTime) -> Option<Duration> {
-    match sys.now().duration_since(made) {
-        Ok(age) => Some(age),
-        Err(e) if e.duration() < TURN_FOR => Some(Duration::ZERO),
-        Err(_) => None,
-    }
-}
-
-/// Whether the release that looks at `queue`, where a live waiter waits, leaves the lock free
-/// instead of handing it on (see [`TURN_EVERY`]): the turn file is that old (or dated ahead of
-/// our clock: see [`age_of`]), and is made anew. One that finds no file, or (its holder
-/// `holder_queued`) one whose clock has not started ([`TURN_UNSTARTED`]), starts the clock.
-/// Best effort: where the file cannot be made, the lock is handed on.
-fn turn_due<S: System>(sys: &S, queue: &S::Dir, holder_queued: bool) -> bool {
-    let turn = match sys.meta_at(queue, TURN_FILE) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            let _ = sys.create_file_at(queue, TURN_FILE, b"", false, None);
-            return false;
-        }
-        Err(_) => return false,
-    };
-    if turn.size == TURN_UNSTARTED.len() as u64 {
-        if holder_queued {
-            remake_turn(sys, queue, b"");
-        }
-        return false;
-    }
-    let due = age_of(sys, turn.mtime).is_none_or(|age| age >= turn_every(sys));
-    due && remake_turn(sys, queue, TURN_GIVEN)
-}
-
-/// Makes the turn file in `queue` anew, dated now, holding `contents`; `false` where it cannot
-/// be made.
-fn remake_turn<S: System>(sys: &S, queue: &S::Dir, contents: &[u8]) -> bool {
-    remove_tree(sys, queue, TURN_FILE);
-    sys.create_file_at(queue, TURN_FILE, contents, false, None)
-        .is_ok()
-}
-
 /// The waiters' entries in `queue`, first come first (what is not an entry left out).
 pub(crate) fn in_order<S: System>(sys: &S, queue: &S::Dir) -> io::Result<Vec<Queued>> {
     sys.list(queue).map(ordered)
@@ -448,9 +386,8 @@ pub(crate) fn remove_if_empty<S: System>(sp: &Space<S>, lock: &str) {
 }
 
 /// Whether the waiter of entry `name` of `queue` (or of a draft, `new.<token>`, which its
-/// maker locks as it makes it) still waits: `Some(false)` when its `flock` is free (it is gone,
-/// or holds the lock: the entry is removed) or the entry is gone, `None` when it cannot be
-/// told.
+/// maker locks as it makes it) still waits: `Some(false)` when it waits no longer, or its entry
+/// is barred to us (see [`Entry`]), `None` when it cannot be told.
 fn waits<S: System>(sys: &S, queue: &S::Dir, name: &str) -> Option<bool> {
     waits_keeping(sys, queue, name, &mut Vec::new())
 }
@@ -463,15 +400,43 @@ fn waits_keeping<S: System>(
     name: &str,
     keep: &mut Vec<S::Dir>,
 ) -> Option<bool> {
+    match look(sys, queue, name) {
+        Entry::Waits(dir) => {
+            keep.push(dir);
+            Some(true)
+        }
+        Entry::Left | Entry::Barred => Some(false),
+        Entry::Untold => None,
+    }
+}
+
+/// What a queue entry says of its waiter ([`look`]).
+enum Entry<D> {
+    /// Its waiter holds its `flock`: the entry, open.
+    Waits(D),
+    /// Gone, or its `flock` was free (its waiter is gone, or holds the lock): removed.
+    Left,
+    /// We may not open it. No waiter's: every entry is made open to all who share the lock
+    /// directory (a careless `chmod` took that away). Deferring to it would cost every
+    /// acquisition its wait for as long as it stays, so it is passed over (its waiter, if one
+    /// lives, loses its place only) and kept: `status` and `sweep` name it.
+    Barred,
+    /// It cannot be told (an I/O error).
+    Untold,
+}
+
+/// Entry `name` of `queue`, looked at ([`Entry`]); a file or a link there (no waiter makes
+/// one) is removed.
+fn look<S: System>(sys: &S, queue: &S::Dir, name: &str) -> Entry<S::Dir> {
     let dir = match sys.open_dir_at(queue, name) {
         Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Some(false),
-        // A file or a symbolic link: no waiter's (none makes one), removed.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Entry::Left,
         Err(e) if is_not_dir(&e) => {
             let _ = sys.remove_file_at(queue, name);
-            return Some(false);
+            return Entry::Left;
         }
-        Err(_) => return None,
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => return Entry::Barred,
+        Err(_) => return Entry::Untold,
     };
     // Shared: the writer queued behind sleeps on the entry in a shared `flock`, granted when
     // its waiter lets go and kept until that writer publishes. An exclusive probe took it for
@@ -480,13 +445,10 @@ fn waits_keeping<S: System>(
     match sys.try_lock(&dir, false) {
         Ok(true) => {
             remove_entry_dir(sys, queue, name, dir);
-            Some(false)
+            Entry::Left
         }
-        Ok(false) => {
-            keep.push(dir);
-            Some(true)
-        }
-        Err(_) => None,
+        Ok(false) => Entry::Waits(dir),
+        Err(_) => Entry::Untold,
     }
 }
 
@@ -546,28 +508,62 @@ pub(crate) fn hand_over<S: System>(
     handed
 }
 
+/// What a sweep did with a queue ([`sweep`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Swept {
+    /// It was removed.
+    Removed,
+    /// Kept: this many waiters wait in it (or cannot be told from waiters).
+    Waiters(usize),
+    /// Kept: these entries are barred to us (see [`Entry::Barred`]).
+    Barred(Vec<String>),
+    /// Kept: these names in it are no waiter's (none, when a waiter came in meanwhile).
+    Strays(Vec<String>),
+}
+
 /// A sweep of queue `qname`: the entries of waiters that died (and drafts their makers left)
-/// are removed, then, when no waiter is left, its turn file and the queue itself. `Ok(true)`
-/// removed; `Ok(false)` kept: live waiters are in it, or one is taking its number.
-pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<bool> {
+/// are removed, then, when no waiter is left, its turn file and the queue itself.
+pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<Swept> {
     let queue = match sp.sys.open_dir_at(sp.dir, qname) {
         // A file or a link where the queue belongs: it turns the queue off.
-        Err(e) if is_not_dir(&e) => return sp.sys.remove_file_at(sp.dir, qname).map(|()| true),
+        Err(e) if is_not_dir(&e) => {
+            return sp
+                .sys
+                .remove_file_at(sp.dir, qname)
+                .map(|()| Swept::Removed)
+        }
         other => other?,
     };
-    let mut left = false;
+    let (mut waiters, mut barred) = (0, Vec::new());
     for name in sp.sys.list(&queue)? {
         // A draft is locked by its maker from just after it made it: free, its maker is gone
         // (or has yet to lock it, and makes it anew when it finds it removed).
         if Queued::parse(&name).is_some() || name.starts_with("new.") {
-            left |= waits(sp.sys, &queue, &name) != Some(false);
+            match look(sp.sys, &queue, &name) {
+                Entry::Left => {}
+                // (A draft is opened to those who share the directory only once made.)
+                Entry::Barred if !name.starts_with("new.") => barred.push(name),
+                Entry::Waits(_) | Entry::Barred | Entry::Untold => waiters += 1,
+            }
         }
     }
-    if !left {
+    if waiters == 0 {
         remove_tree(sp.sys, &queue, TURN_FILE);
     }
     drop(queue); // first: an open directory cannot be removed on Windows
-    Ok(sp.sys.remove_dir_at(sp.dir, qname).is_ok())
+    if sp.sys.remove_dir_at(sp.dir, qname).is_ok() {
+        return Ok(Swept::Removed);
+    }
+    if waiters > 0 {
+        return Ok(Swept::Waiters(waiters));
+    }
+    if !barred.is_empty() {
+        return Ok(Swept::Barred(barred));
+    }
+    let queue = sp.sys.open_dir_at(sp.dir, qname)?;
+    let ours = |n: &String| Queued::parse(n).is_some() || n.starts_with("new.") || n == TURN_FILE;
+    let strays = sp.sys.list(&queue)?.into_iter().filter(|n| !ours(n));
+    Ok(Swept::Strays(strays.collect()))
 }
 
 #[cfg(test)]

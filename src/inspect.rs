@@ -57,11 +57,13 @@ pub struct Status {
     /// checked from here), oldest first: new readers wait for them.
     pub writers: Vec<Party>,
     /// The processes waiting their turn in the lock's queue (live, or that cannot be checked
-    /// from here), first come first: the order in which they will be served.
+    /// from here), first come first: the order in which they will be served. An entry there
+    /// that cannot be read is listed too, with no owner, its path in [`Party::reason`]
+    /// (waiters pass over one they may not open).
     pub queue: Vec<Party>,
-    /// A shared lock's readers and waiting writers (and the queue's waiters) that died without leaving (their entry's
-    /// `flock` is free, which the kernel proves): they no longer count, and what they left
-    /// inside the lock is removed with it.
+    /// A shared lock's readers and waiting writers (and the queue's waiters) that died without
+    /// leaving (their entry's `flock` is free, which the kernel proves): they no longer count,
+    /// and what they left inside the lock is removed with it.
     pub departed: Vec<Party>,
     /// For a damaged lock directory, an entry in it that a lock never holds: it may be no lock
     /// at all (a directory of one's own at a mistyped path), and a forced

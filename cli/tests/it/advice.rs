@@ -325,8 +325,6 @@ fn a_queue_entry_no_run_can_open_is_named_by_its_path() {
         status.contains(&format!("\n  in the queue: {path} cannot be read\n")),
         "{status}"
     );
-    assert_eq!(
-        sweep,
-        format!("kept 1 leftover of named lock q: it holds {path}, which no run can open: runs pass it over; remove it\n")
-    );
+    let why = format!("it holds {path}, which no run can open: runs pass it over; remove it");
+    assert_eq!(sweep, format!("kept 1 leftover of named lock q: {why}\n"));
 }

@@ -13,14 +13,14 @@
 //!   where the filesystem can; the waiter wakes holding the lock.
 //! - **Defer** ([`Ticket::ahead`]): a waiter that finds the lock free publishes only when no
 //!   live waiter is ahead of it (for a bounded time: see `contend`).
-//! - **Give a turn** ([`TURN_EVERY`](turn::TURN_EVERY)): waiters that hand the lock on without end would leave
-//!   it free never, and a process that does not queue (the reference implementation, a dirlock
-//!   from before the queue, a try that fails fast) would never find it free. The queue's `turn`
-//!   file says when the lock was last left free. The first waiter to take a number makes it,
-//!   saying that the clock has not started ([`TURN_UNSTARTED`]; made while the waiter waits,
-//!   it costs the handoff nothing). The first release by a holder that queued starts the clock
-//!   (the file made anew, empty: it gives no turn), as does a release that finds no file. A
-//!   release that finds a started file that old makes it anew, saying so, and
+//! - **Give a turn** ([`turn`]): waiters that hand the lock on without end would leave it free
+//!   never, and a process that does not queue (the reference implementation, a dirlock from
+//!   before the queue, a try that fails fast) would never find it free. The queue's `turn` file
+//!   says when the lock was last left free. The first waiter to take a number makes it, saying
+//!   that the clock has not started ([`TURN_UNSTARTED`]; made while the waiter waits, it costs
+//!   the handoff nothing). The first release by a holder that queued starts the clock (the file
+//!   made anew, empty: it gives no turn), as does a release that finds no file. A release that
+//!   finds a started file [`TURN_EVERY`](turn::TURN_EVERY) old makes it anew, saying so, and
 //!   releases as if no one waited, and the waiters that find the lock free then let it be for
 //!   [`TURN_FOR`] ([`Ticket::turn_given`]). The last release out of the queue removes the file
 //!   (the next waiter to queue makes it again).
@@ -454,9 +454,10 @@ fn look<S: System>(sys: &S, queue: &S::Dir, name: &str) -> Entry<S::Dir> {
 
 /// Hands the lock `lock` (ours, token `token`) to the first live waiter, when that waiter is a
 /// thread that takes it exclusively (what it opened is left in `keep`, for the caller to close
-/// once it woke the waiter): `NAME` and its staged candidate are exchanged in one step. Returns the name
-/// our lock now has (the waiter's candidate's), or `None` when no waiter took it (none waits,
-/// the first reads, the filesystem cannot exchange): the caller releases as usual.
+/// once it woke the waiter): `NAME` and its staged candidate are exchanged in one step.
+/// Returns the name our lock now has (the waiter's candidate's), or `None` when no waiter took
+/// it (none waits, the first reads, the filesystem cannot exchange): the caller releases as
+/// usual.
 /// `holder_queued`: our holder took a number in the queue (see [`TURN_UNSTARTED`]).
 pub(crate) fn hand_over<S: System>(
     sp: &Space<S>,

@@ -333,7 +333,7 @@ pub(crate) fn status<S: System>(
         }
     }
     st.guard = guard_state(sp, name)?;
-    queued(sp, name, me, &mut st)?;
+    queued(sp, name, me, &mut st);
     (st.candidates, st.tombstones) = leftovers(sp, me, related);
     Ok(st)
 }

@@ -61,9 +61,11 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
                 Err(_) => Swept::Untouched,
             },
             // Left by waiters that died in the lock's queue: removed once no one waits.
-            Entry::Queue { .. } => match crate::protocol::queue::sweep(sp, &entry) {
-                Ok(queue) => queue_kept(sp, &entry, queue),
-                Err(_) => Swept::Untouched,
+            Entry::Queue { .. } => match queue::sweep(sp, &entry) {
+                Ok(None) => Swept::Removed,
+                Ok(Some(kept)) => Swept::Kept(queue_kept(sp, &entry, kept)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Swept::Untouched,
+                Err(e) => Swept::Kept(format!("it cannot be read: {e}")),
             },
             _ => Swept::Untouched,
         };
@@ -77,28 +79,40 @@ pub(crate) fn sweep<S: System>(sp: &Space<S>, grace: Duration) -> Result<Sweep, 
     Ok(report)
 }
 
-/// The sweep of lock queue `entry`, in the user's words.
-fn queue_kept<S: System>(sp: &Space<S>, entry: &str, swept: queue::Swept) -> Swept {
-    let path = |names: Vec<String>| {
-        let paths = names.iter().map(|n| sp.entry(entry).join(n));
-        paths
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
+/// Why a sweep kept lock queue `entry`, in the user's words.
+fn queue_kept<S: System>(sp: &Space<S>, entry: &str, kept: queue::Kept) -> String {
+    let paths = |names: &[String]| {
+        let paths = names
+            .iter()
+            .map(|n| sp.entry(entry).join(n).display().to_string());
+        paths.collect::<Vec<_>>().join(", ")
     };
-    Swept::Kept(match swept {
-        queue::Swept::Removed => return Swept::Removed,
-        queue::Swept::Waiters(1) => "a run waits its turn in it".into(),
-        queue::Swept::Waiters(n) => format!("{n} runs wait their turn in it"),
-        queue::Swept::Strays(names) if names.is_empty() => {
-            "a run came to wait in it meanwhile".into()
-        }
-        queue::Swept::Strays(names) => format!("it holds what no run made there: {}", path(names)),
-        queue::Swept::Barred(names) => format!(
-            "it holds {}, which no run can open: runs pass it over; remove it",
-            path(names)
-        ),
-    })
+    let mut why = Vec::new();
+    match kept.waiters {
+        0 => {}
+        1 => why.push("a run waits its turn in it".to_owned()),
+        n => why.push(format!("{n} runs wait their turn in it")),
+    }
+    if !kept.barred.is_empty() {
+        let (b, it) = (
+            &kept.barred,
+            if kept.barred.len() == 1 { "it" } else { "them" },
+        );
+        why.push(format!(
+            "you may not open {} (your runs pass {it} by)",
+            paths(b)
+        ));
+    }
+    if !kept.untold.is_empty() {
+        why.push(format!("{} cannot be read", paths(&kept.untold)));
+    }
+    if let Some((e, held)) = kept.stuck {
+        why.push(match held.is_empty() {
+            true => format!("it could not be removed: {e}"),
+            false => format!("it holds {}, and could not be removed: {e}", paths(&held)),
+        });
+    }
+    why.join("; ")
 }
 
 /// What a sweep did with one entry.

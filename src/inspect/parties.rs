@@ -13,54 +13,64 @@ use std::io;
 
 /// The waiters in lock `name`'s queue, into `st`, in their order: each entry observed and
 /// judged as a shared lock's reader is (see [`parties`]).
-pub(super) fn queued<S: System>(
-    sp: &Space<S>,
-    name: &str,
-    me: &Identity,
-    st: &mut Status,
-) -> Result<(), Error> {
+pub(super) fn queued<S: System>(sp: &Space<S>, name: &str, me: &Identity, st: &mut Status) {
     let qname = queue_name(name);
-    let queue = match sp.sys.open_dir_at(sp.dir, &qname) {
-        Ok(q) => q,
-        Err(e) if e.kind() == io::ErrorKind::NotFound || is_not_dir(&e) => return Ok(()),
-        Err(e) => return Err(sp.io("open the queue of", name, e)),
-    };
     let path = sp.entry(&qname);
-    let sub = sp.within(&queue, &path);
-    let entries = match crate::protocol::queue::in_order(sp.sys, &queue) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()), // removed meanwhile
-        Err(e) => return Err(sp.io("list the queue of", name, e)),
+    // What cannot be read is listed, named, and fails no look at the lock (nor at the others
+    // `status --all` looks at).
+    let unread = |entry: &str, at: &std::path::Path, why: String| Party {
+        role: Role::Queued,
+        since: None,
+        entry: entry.to_owned(),
+        owner: None,
+        liveness: Liveness::Unknown,
+        reason: format!("{} cannot be read{why}", at.display()),
     };
+    let listed = sp.sys.open_dir_at(sp.dir, &qname).and_then(|queue| {
+        let entries = crate::protocol::queue::in_order(sp.sys, &queue)?;
+        Ok((queue, entries))
+    });
+    let (queue, entries) = match listed {
+        Ok(listed) => listed,
+        // None, or removed meanwhile (a file or a link there turns the queue off).
+        Err(e) if e.kind() == io::ErrorKind::NotFound || is_not_dir(&e) => return,
+        Err(e) => {
+            st.queue.push(unread(&qname, &path, format!(" ({e})")));
+            return;
+        }
+    };
+    let sub = sp.within(&queue, &path);
     // The holder's own entry stays until it releases (it got the lock from the queue).
     let holder = st.owner.as_ref().map(|o| o.token.clone());
     for q in entries
         .into_iter()
         .filter(|q| Some(&q.token) != holder.as_ref())
     {
-        match party(&sub, q.name(), Role::Queued, me)? {
-            // One that cannot be told, named: waiters pass it over (see `protocol::queue`).
-            Some(mut p) if p.owner.is_none() && p.liveness == Liveness::Unknown => {
-                let path = sub.entry(&p.entry);
-                p.reason = format!("{} cannot be read", path.display());
-                st.queue.push(p);
+        let entry = q.name();
+        match party(&sub, entry.clone(), Role::Queued, me) {
+            // One that cannot be told (waiters pass over one they may not open: see
+            // `protocol::queue`).
+            Err(_) => st
+                .queue
+                .push(unread(&entry, &sub.entry(&entry), String::new())),
+            Ok(Some(p)) if p.owner.is_none() && p.liveness == Liveness::Unknown => {
+                st.queue
+                    .push(unread(&entry, &sub.entry(&entry), String::new()));
             }
             // Without its record: taken out (or made) at this instant.
-            Some(p) if p.owner.is_none() => {}
-            Some(p) if p.liveness.is_dead() => st.departed.push(p),
-            Some(p) => st.queue.push(p),
-            None => {} // it left meanwhile
+            Ok(Some(p)) if p.owner.is_none() => {}
+            Ok(Some(p)) if p.liveness.is_dead() => st.departed.push(p),
+            Ok(Some(p)) => st.queue.push(p),
+            Ok(None) => {} // it left meanwhile
         }
     }
-    Ok(())
 }
 
 /// The readers and waiting writers of the shared lock `name` (open as `lock`, its record
 /// `record`), into `st`: each entry observed and judged in a space rooted at the lock, as a
 /// lock's owner is in the lock directory. Its `flock` is peeked at with a shared one for an
 /// instant, which a reader or writer making its entry retries past. Entries gone meanwhile
-/// are left out. The reader the record names without an entry (the first reader: the record
-/// is its own) is judged by its pid.
+/// are left out, and so are those that cannot be read. See [`first_reader`].
 pub(super) fn parties<S: System>(
     sp: &Space<S>,
     name: &str,
@@ -86,11 +96,24 @@ pub(super) fn parties<S: System>(
             continue; // it left meanwhile
         };
         match (party.liveness.is_dead(), role) {
+            // One that cannot be opened or probed counts for nothing: readers are told by
+            // the lock's own `flock`, and a waiting writer by `NAME.writers`'s.
+            _ if party.owner.is_none() && party.liveness == Liveness::Unknown => {}
             (true, _) => st.departed.push(party),
             (false, Role::Reader) => st.readers.push(party),
             (false, _) => st.writers.push(party),
         }
     }
+    first_reader(sp, lock, record, st);
+    for list in [&mut st.readers, &mut st.writers, &mut st.departed] {
+        list.sort_by(|a, b| (a.since, &a.entry).cmp(&(b.since, &b.entry)));
+    }
+    Ok(())
+}
+
+/// The reader the record of shared lock `lock` names, into `st`, judged by its pid when it
+/// has no entry (the first reader: the record is its own).
+fn first_reader<S: System>(sp: &Space<S>, lock: &S::Dir, record: &Owner, st: &mut Status) {
     let first = format!("{READER}{}", record.token);
     if !st
         .readers
@@ -116,10 +139,6 @@ pub(super) fn parties<S: System>(
             false => st.departed.push(party),
         }
     }
-    for list in [&mut st.readers, &mut st.writers, &mut st.departed] {
-        list.sort_by(|a, b| (a.since, &a.entry).cmp(&(b.since, &b.entry)));
-    }
-    Ok(())
 }
 
 /// One entry `entry` of a shared lock (`sub` is the space rooted at the lock), judged:

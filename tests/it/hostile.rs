@@ -466,9 +466,9 @@ fn a_file_where_the_queue_belongs_fails_no_status() {
     }
 }
 
-/// An entry in a lock's queue that no one may open (a careless `chmod -R go-rwx` of a shared
-/// lock directory, say) is no waiter's: every entry is made open to all who share the lock.
-/// Waiters pass it over: a release hands the lock past it to the waiter queued behind it, where
+/// An entry in a lock's queue that no one may open was shut by hand (a careless `chmod -R
+/// go-rwx` of a shared lock directory, say): dirlock opens every entry to all who share the
+/// lock. Waiters pass it over: a release hands the lock past it to the waiter queued behind it, where
 /// it stopped there once (and every waiter deferred to it). `status` lists it and `sweep` keeps
 /// it, each naming its path. As root (whom no mode keeps out), it runs as uid 65534.
 #[cfg(any(target_os = "linux", target_os = "macos"))]

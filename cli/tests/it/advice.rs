@@ -293,11 +293,15 @@ fn a_directory_that_is_no_lock_is_to_be_looked_at_not_forced() {
     assert_eq!(std::fs::read(mine.join("a.jpg")).unwrap(), b"precious");
 }
 
-/// An entry in a lock's queue that no run can open (mode 000): `status` lists it in the queue
-/// by its path, and `sweep` keeps it, naming its path, and says to remove it (it is no
-/// waiter's: every run passes it over). Run as uid 65534 when root, whom no mode keeps out.
+/// Entries in a lock's queue that no run can open (mode 000: a numbered one, a draft):
+/// `status` lists the numbered one in the queue by its path, and `sweep` keeps the queue,
+/// naming both (it said "a run waits its turn in it" for the draft). A queue that holds what
+/// no run names (a file whose name is not UTF-8) is kept for what its removal said. A queue no
+/// run can open is named by both, as unreadable (status failed, for every lock with
+/// `--all`). Run as uid 65534 when root, whom no mode keeps out.
 #[test]
 fn a_queue_entry_no_run_can_open_is_named_by_its_path() {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
     let test = "advice::a_queue_entry_no_run_can_open_is_named_by_its_path";
     if is_root() && lacks(test, "setpriv", have("setpriv")) {
@@ -307,24 +311,56 @@ fn a_queue_entry_no_run_can_open_is_named_by_its_path() {
     std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
     let dir = private_dir(&tmp.path().join("locks"));
     let queue = private_dir(&dir.join("q.lock.queue"));
-    let barred = queue.join("00000000000000000000.w.x");
-    std::fs::create_dir(&barred).unwrap();
-    let theirs = [dir.as_path(), &queue, &barred];
+    let barred = [queue.join("00000000000000000000.w.x"), queue.join("new.y")];
+    let odd = private_dir(&dir.join("r.lock.queue"));
+    let stray = odd.join(std::ffi::OsStr::from_bytes(b"\xff"));
+    std::fs::write(&stray, "").unwrap();
+    let shut = private_dir(&dir.join("s.lock.queue"));
+    let mut theirs = vec![dir.as_path(), &queue, &odd, &stray, &shut];
+    for b in &barred {
+        std::fs::create_dir(b).unwrap();
+        theirs.push(b);
+    }
     let d = dir.to_str().unwrap();
     let run = |args: &[&str]| {
         let out = as_a_normal_user(&[args, &["--dir", d]].concat(), tmp.path(), &theirs);
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout)
     };
-    std::fs::set_permissions(&barred, PermissionsExt::from_mode(0o000)).unwrap();
+    let mode = |m| {
+        for b in &barred {
+            std::fs::set_permissions(b, PermissionsExt::from_mode(m)).unwrap();
+        }
+    };
+    mode(0o000);
+    std::fs::set_permissions(&shut, PermissionsExt::from_mode(0o000)).unwrap();
     let status = run(&["status", "--lock", "q"]);
+    let all = run(&["status", "--all"]);
     let sweep = run(&["sweep"]);
-    std::fs::set_permissions(&barred, PermissionsExt::from_mode(0o700)).unwrap();
-    let path = barred.display();
+    std::fs::set_permissions(&shut, PermissionsExt::from_mode(0o700)).unwrap();
+    mode(0o700);
+    let path = barred[0].display();
     assert!(
         status.contains(&format!("\n  in the queue: {path} cannot be read\n")),
         "{status}"
     );
-    let why = format!("it holds {path}, which no run can open: runs pass it over; remove it");
-    assert_eq!(sweep, format!("kept 1 leftover of named lock q: {why}\n"));
+    let both = format!("{path}, {}", barred[1].display());
+    let lines: Vec<&str> = sweep.lines().collect();
+    assert_eq!(
+        lines[0],
+        format!(
+            "kept 1 leftover of named lock q: you may not open {both} (your runs pass them by)"
+        )
+    );
+    let odd = "kept 1 leftover of named lock r: it could not be removed: Directory not empty";
+    let shut_out = "kept 1 leftover of named lock s: it cannot be read: Permission denied";
+    assert!(
+        lines[1].starts_with(odd) && lines[2].starts_with(shut_out) && lines.len() == 3,
+        "{sweep}"
+    );
+    let unread = format!(
+        "\n  in the queue: {} cannot be read (Permission denied",
+        shut.display()
+    );
+    assert!(all.contains(&unread), "{all}");
 }

@@ -336,3 +336,52 @@ fn a_nested_shared_run_of_its_parents_lock_is_refused() {
         drop(other);
     }
 }
+
+/// A reader's or a writer's entry in a shared lock that no run can open (mode 000) counts for
+/// nothing, as it does for the readers and writers themselves (a lock's readers are told by
+/// its own `flock`): `status` says the lock is read by its one reader, and that no writer
+/// waits (it said it was read by two, and that new readers waited for a writer). Run as uid
+/// 65534 when root, whom no mode keeps out.
+#[test]
+fn entries_no_run_can_open_are_neither_readers_nor_writers() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = "shared::entries_no_run_can_open_are_neither_readers_nor_writers";
+    if is_root() && lacks(test, "setpriv", have("setpriv")) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = private_dir(&tmp.path().join("locks"));
+    let theirs = |p: &Path| {
+        if is_root() {
+            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
+        }
+    };
+    theirs(&dir);
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+    ];
+    let wrapper: &[&str] = if is_root() { &nobody } else { &[] };
+    let reader = Holder::try_start_under(wrapper, &dir, &["--lock", "x", "-s"]).unwrap();
+    let planted = ["reader.planted", "writer.planted"].map(|n| dir.join("x.lock").join(n));
+    for p in &planted {
+        std::fs::create_dir(p).unwrap();
+        theirs(p);
+        std::fs::set_permissions(p, PermissionsExt::from_mode(0o000)).unwrap();
+    }
+    let args = ["status", "--lock", "x", "--dir", dir.to_str().unwrap()];
+    let out = crate::advice::as_a_normal_user(&args, tmp.path(), &[]);
+    for p in &planted {
+        std::fs::set_permissions(p, PermissionsExt::from_mode(0o700)).unwrap();
+    }
+    reader.release();
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(
+        said.starts_with("named lock x is read by 1 process\n") && !said.contains("write"),
+        "{said}"
+    );
+}

@@ -416,10 +416,11 @@ enum Entry<D> {
     Waits(D),
     /// Gone, or its `flock` was free (its waiter is gone, or holds the lock): removed.
     Left,
-    /// We may not open it. No waiter's: every entry is made open to all who share the lock
-    /// directory (a careless `chmod` took that away). Deferring to it would cost every
-    /// acquisition its wait for as long as it stays, so it is passed over (its waiter, if one
-    /// lives, loses its place only) and kept: `status` and `sweep` name it.
+    /// We may not open it. No dirlock made it so (every entry is opened to all who share the
+    /// lock directory before it is numbered): a `chmod` did, of a dead waiter's entry or of a
+    /// live one's. Deferring to it would cost every acquisition its wait for as long as it
+    /// stays, so it is passed over (its waiter, if one lives, loses its place only) and kept:
+    /// `status` and `sweep` name it.
     Barred,
     /// It cannot be told (an I/O error).
     Untold,
@@ -509,62 +510,57 @@ pub(crate) fn hand_over<S: System>(
     handed
 }
 
-/// What a sweep did with a queue ([`sweep`]).
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Swept {
-    /// It was removed.
-    Removed,
-    /// Kept: this many waiters wait in it (or cannot be told from waiters).
-    Waiters(usize),
-    /// Kept: these entries are barred to us (see [`Entry::Barred`]).
-    Barred(Vec<String>),
-    /// Kept: these names in it are no waiter's (none, when a waiter came in meanwhile).
-    Strays(Vec<String>),
+/// Why a sweep kept a queue ([`sweep`]).
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    /// How many waiters wait in it.
+    pub(crate) waiters: usize,
+    /// Its entries (and drafts) barred to us (see [`Entry::Barred`]), by name.
+    pub(crate) barred: Vec<String>,
+    /// Its entries (and drafts) whose waiter cannot be told (an I/O error), by name.
+    pub(crate) untold: Vec<String>,
+    /// Where none of the above keeps it: why it could not be removed, and what it holds.
+    pub(crate) stuck: Option<(io::Error, Vec<String>)>,
 }
 
 /// A sweep of queue `qname`: the entries of waiters that died (and drafts their makers left)
-/// are removed, then, when no waiter is left, its turn file and the queue itself.
-pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<Swept> {
+/// are removed, then, when no waiter is left, its turn file and the queue itself. `None`:
+/// removed.
+pub(crate) fn sweep<S: System>(sp: &Space<S>, qname: &str) -> io::Result<Option<Kept>> {
     let queue = match sp.sys.open_dir_at(sp.dir, qname) {
         // A file or a link where the queue belongs: it turns the queue off.
-        Err(e) if is_not_dir(&e) => {
-            return sp
-                .sys
-                .remove_file_at(sp.dir, qname)
-                .map(|()| Swept::Removed)
-        }
+        Err(e) if is_not_dir(&e) => return sp.sys.remove_file_at(sp.dir, qname).map(|()| None),
         other => other?,
     };
-    let (mut waiters, mut barred) = (0, Vec::new());
+    let mut kept = Kept::default();
     for name in sp.sys.list(&queue)? {
         // A draft is locked by its maker from just after it made it: free, its maker is gone
         // (or has yet to lock it, and makes it anew when it finds it removed).
         if Queued::parse(&name).is_some() || name.starts_with("new.") {
             match look(sp.sys, &queue, &name) {
                 Entry::Left => {}
-                // (A draft is opened to those who share the directory only once made.)
-                Entry::Barred if !name.starts_with("new.") => barred.push(name),
-                Entry::Waits(_) | Entry::Barred | Entry::Untold => waiters += 1,
+                Entry::Waits(_) => kept.waiters += 1,
+                Entry::Barred => kept.barred.push(name),
+                Entry::Untold => kept.untold.push(name),
             }
         }
     }
-    if waiters == 0 {
+    kept.barred.sort();
+    kept.untold.sort();
+    if kept.waiters == 0 && kept.untold.is_empty() {
         remove_tree(sp.sys, &queue, TURN_FILE);
     }
     drop(queue); // first: an open directory cannot be removed on Windows
-    if sp.sys.remove_dir_at(sp.dir, qname).is_ok() {
-        return Ok(Swept::Removed);
+    let Err(e) = sp.sys.remove_dir_at(sp.dir, qname) else {
+        return Ok(None);
+    };
+    if kept.waiters == 0 && kept.barred.is_empty() && kept.untold.is_empty() {
+        let queue = sp.sys.open_dir_at(sp.dir, qname)?;
+        let mut held = sp.sys.list(&queue)?;
+        held.sort();
+        kept.stuck = Some((e, held));
     }
-    if waiters > 0 {
-        return Ok(Swept::Waiters(waiters));
-    }
-    if !barred.is_empty() {
-        return Ok(Swept::Barred(barred));
-    }
-    let queue = sp.sys.open_dir_at(sp.dir, qname)?;
-    let ours = |n: &String| Queued::parse(n).is_some() || n.starts_with("new.") || n == TURN_FILE;
-    let strays = sp.sys.list(&queue)?.into_iter().filter(|n| !ours(n));
-    Ok(Swept::Strays(strays.collect()))
+    Ok(Some(kept))
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ MUTANTS = [
      "cli", "stale::a_stale_handle_beside_the_lock_is_a_removal_not_an_error"),
     ("estale-at-the-guard-is-an-error-in-a-status", "src/inspect.rs",
      "        Err(e) if gone(&e) => return Ok(GuardState::Absent),",
-     "        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(GuardState::Absent),",
+     "        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(GuardState::Absent),",
      "cli", "stale::a_stale_handle_beside_the_lock_is_a_removal_not_an_error"),
     ("estale-beside-the-lock-is-an-error", "src/protocol/beside.rs",
      "        Err(e) if gone(&e) => return Ok(false),",

@@ -50,13 +50,14 @@ pub(super) fn queued<S: System>(sp: &Space<S>, name: &str, me: &Identity, st: &m
         match party(&sub, entry.clone(), Role::Queued, me) {
             // One that cannot be told (waiters pass over one they may not open: see
             // `protocol::queue`).
-            Err(_) => st
+            Err(_)
+            | Ok(Some(Party {
+                owner: None,
+                liveness: Liveness::Unknown,
+                ..
+            })) => st
                 .queue
                 .push(unread(&entry, &sub.entry(&entry), String::new())),
-            Ok(Some(p)) if p.owner.is_none() && p.liveness == Liveness::Unknown => {
-                st.queue
-                    .push(unread(&entry, &sub.entry(&entry), String::new()));
-            }
             // Without its record: taken out (or made) at this instant.
             Ok(Some(p)) if p.owner.is_none() => {}
             Ok(Some(p)) if p.liveness.is_dead() => st.departed.push(p),

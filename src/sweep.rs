@@ -94,13 +94,10 @@ fn queue_kept<S: System>(sp: &Space<S>, entry: &str, kept: queue::Kept) -> Strin
         n => why.push(format!("{n} runs wait their turn in it")),
     }
     if !kept.barred.is_empty() {
-        let (b, it) = (
-            &kept.barred,
-            if kept.barred.len() == 1 { "it" } else { "them" },
-        );
+        let it = if kept.barred.len() == 1 { "it" } else { "them" };
+        let barred = paths(&kept.barred);
         why.push(format!(
-            "you may not open {} (your runs pass {it} by)",
-            paths(b)
+            "you may not open {barred} (your runs pass {it} by)"
         ));
     }
     if !kept.untold.is_empty() {

@@ -8,11 +8,20 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+/// How setpriv(1) runs a program as uid 65534 (a normal user).
+pub(crate) const NOBODY: [&str; 4] = [
+    "setpriv",
+    "--reuid=65534",
+    "--regid=65534",
+    "--clear-groups",
+];
+
 /// Runs the command as uid 65534 (a normal user), when this test runs as root.
 pub(crate) fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
     (is_root() && have("setpriv")).then(|| {
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        Command::new(NOBODY[0])
+            .args(&NOBODY[1..])
+            .arg(BIN)
             .args(args)
             .env("TMPDIR", tmpdir)
             .output()
@@ -21,15 +30,36 @@ pub(crate) fn as_nobody(args: &[&str], tmpdir: &Path) -> Option<Output> {
 }
 
 /// Runs the command as a normal user: this one, or, as root (whom no mode keeps out), uid
-/// 65534, to whom `theirs` is given first. A caller as root checks for setpriv(1) first.
+/// 65534, to whom `theirs` is given first (see [`give_to_nobody`]). A caller as root checks
+/// for setpriv(1) first ([`normal_users_dir`]).
 pub(crate) fn as_a_normal_user(args: &[&str], tmpdir: &Path, theirs: &[&Path]) -> Output {
     if !is_root() {
         return Command::new(BIN).args(args).output().unwrap();
     }
-    for p in theirs {
-        std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
-    }
+    theirs.iter().for_each(|p| give_to_nobody(p));
     as_nobody(args, tmpdir).expect("setpriv(1)")
+}
+
+/// Gives `path` to uid 65534, when this test runs as root (as whom [`as_a_normal_user`] runs
+/// the command).
+pub(crate) fn give_to_nobody(path: &Path) {
+    if is_root() {
+        std::os::unix::fs::chown(path, Some(65534), Some(65534)).unwrap();
+    }
+}
+
+/// For test `test`, which runs the command as a normal user ([`as_a_normal_user`]): a
+/// temporary directory open to all, and a private lock directory `locks` in it. `None` (the
+/// test skips, saying so) as root without setpriv(1).
+pub(crate) fn normal_users_dir(test: &str) -> Option<(tempfile::TempDir, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    if is_root() && lacks(test, "setpriv", have("setpriv")) {
+        return None;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let dir = private_dir(&tmp.path().join("locks"));
+    Some((tmp, dir))
 }
 
 /// A directory the user names may be shared (/tmp), or used by others for something else (a
@@ -304,12 +334,9 @@ fn a_queue_entry_no_run_can_open_is_named_by_its_path() {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
     let test = "advice::a_queue_entry_no_run_can_open_is_named_by_its_path";
-    if is_root() && lacks(test, "setpriv", have("setpriv")) {
+    let Some((tmp, dir)) = normal_users_dir(test) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
-    let dir = private_dir(&tmp.path().join("locks"));
+    };
     let queue = private_dir(&dir.join("q.lock.queue"));
     let barred = [queue.join("00000000000000000000.w.x"), queue.join("new.y")];
     let odd = private_dir(&dir.join("r.lock.queue"));

@@ -531,18 +531,10 @@ fn path_and_hold_and_lock_paths_with_a_directory() {
 #[test]
 fn sweep_counts_what_it_could_not_remove() {
     use std::os::unix::fs::PermissionsExt;
-    if is_root()
-        && lacks(
-            "cli::sweep_counts_what_it_could_not_remove",
-            "setpriv",
-            have("setpriv"),
-        )
-    {
+    let test = "cli::sweep_counts_what_it_could_not_remove";
+    let Some((tmp, dir)) = crate::advice::normal_users_dir(test) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
-    let dir = private_dir(&tmp.path().join("locks"));
+    };
     let mut made = vec![dir.clone()];
     for i in 0..3 {
         // A dead run's old candidate that holds what cannot be removed.

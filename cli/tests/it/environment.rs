@@ -350,13 +350,8 @@ fn a_command_that_changes_its_user_outlives_its_wrapper_as_the_help_says() {
             "echo $$ > {0}.tmp && mv {0}.tmp {0}; exec sleep 300",
             pidfile.display()
         );
-        args.extend([
-            "--",
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-        ]);
+        args.push("--");
+        args.extend(crate::advice::NOBODY);
         args.extend(["sh", "-c", &script]);
         let mut wrapper = ChildGuard::spawn(dirlock_in(fx.dir(), &args));
         let command = PidGuard(read_pid(&pidfile));

@@ -344,32 +344,19 @@ fn a_nested_shared_run_of_its_parents_lock_is_refused() {
 /// 65534 when root, whom no mode keeps out.
 #[test]
 fn entries_no_run_can_open_are_neither_readers_nor_writers() {
+    use crate::advice::{give_to_nobody, NOBODY};
     use std::os::unix::fs::PermissionsExt;
     let test = "shared::entries_no_run_can_open_are_neither_readers_nor_writers";
-    if is_root() && lacks(test, "setpriv", have("setpriv")) {
+    let Some((tmp, dir)) = crate::advice::normal_users_dir(test) else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), PermissionsExt::from_mode(0o755)).unwrap();
-    let dir = private_dir(&tmp.path().join("locks"));
-    let theirs = |p: &Path| {
-        if is_root() {
-            std::os::unix::fs::chown(p, Some(65534), Some(65534)).unwrap();
-        }
     };
-    theirs(&dir);
-    let nobody = [
-        "setpriv",
-        "--reuid=65534",
-        "--regid=65534",
-        "--clear-groups",
-    ];
-    let wrapper: &[&str] = if is_root() { &nobody } else { &[] };
+    give_to_nobody(&dir);
+    let wrapper: &[&str] = if is_root() { &NOBODY } else { &[] };
     let reader = Holder::try_start_under(wrapper, &dir, &["--lock", "x", "-s"]).unwrap();
     let planted = ["reader.planted", "writer.planted"].map(|n| dir.join("x.lock").join(n));
     for p in &planted {
         std::fs::create_dir(p).unwrap();
-        theirs(p);
+        give_to_nobody(p);
         std::fs::set_permissions(p, PermissionsExt::from_mode(0o000)).unwrap();
     }
     let args = ["status", "--lock", "x", "--dir", dir.to_str().unwrap()];

@@ -17,6 +17,8 @@
 #[cfg(unix)]
 mod command;
 #[cfg(unix)]
+mod handoff;
+#[cfg(unix)]
 mod order;
 #[cfg(unix)]
 #[path = "unix.rs"]

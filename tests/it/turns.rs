@@ -23,8 +23,10 @@ fn a_holder_that_did_not_queue_hands_the_lock_on_however_long_the_waiter_waited(
     std::thread::scope(|s| {
         let hold = Duration::from_millis(300);
         let w = waiter_holding(s, &fx, "waiter", Wait::Forever, &served, hold);
-        // The waiter's turn file, as it made it, dated as if it had come an hour ago.
-        assert!(eventually(Duration::from_secs(10), || turn.exists()));
+        // The waiter's turn file, as it made it, dated as if it had come an hour ago: once it
+        // is written (dated while still empty, it would say an hour-old clock had started).
+        assert!(eventually(Duration::from_secs(10), || std::fs::read(&turn)
+            .is_ok_and(|c| c == b"queued\n")));
         let file = std::fs::File::options().write(true).open(&turn).unwrap();
         file.set_modified(SystemTime::now() - Duration::from_secs(3600))
             .unwrap();

@@ -149,8 +149,9 @@ pub(super) fn pid_namespace() -> Option<String> {
 
 /// A waiter's registrations: a watch in the process's inotify instance (with an eventfd that
 /// whoever reads the instance's events uses to wake this waiter) and, for a pid-judged holder,
-/// a pidfd. Once no other waiter of the process shares the watch, dropping it retires the
-/// watch, and the process's next registration removes it.
+/// a pidfd. Dropping it removes the watch once no other waiter of the process shares it: at
+/// once, or, where its directory moved (a tombstone on its way out), at the process's next
+/// registration.
 #[derive(Debug)]
 pub struct Watch {
     inotify: Option<inotify::Registration>,

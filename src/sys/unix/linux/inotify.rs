@@ -29,16 +29,22 @@ struct Watched {
     epoch: u64,
     /// The eventfds of the waiters sharing it.
     wakers: Vec<RawFd>,
+    /// Its directory was renamed or removed: a lock released or handed on, whose directory
+    /// is a tombstone on its way out (with it, the kernel drops the watch).
+    moved: bool,
 }
 
 struct Instance {
     fd: OwnedFd,
     watches: HashMap<libc::c_int, Watched>,
     generations: u64,
-    /// Watches no waiter shares any more, still in the kernel: the next registration
-    /// removes them, before it adds its own. The waiter that drops one has just been given
-    /// the lock, and `inotify_rm_watch` cost it about 20 µs, an eighth of a handoff.
-    /// Their events meanwhile name no watch here, and are passed over.
+    /// Watches of moved directories that no waiter shares any more, still in the kernel: the
+    /// next registration removes them, before it adds its own. The waiter that drops one has
+    /// typically just been handed the lock, and `inotify_rm_watch` cost it about 20 µs, an
+    /// eighth of a handoff. A tombstone's few events meanwhile name no watch here, and are
+    /// passed over. The watch of a directory that did not move (a wait that timed out or
+    /// was cancelled: the lock is still held) is removed at once: its events could go on
+    /// waking the process's other waiters for as long as it stayed.
     retired: Vec<libc::c_int>,
 }
 
@@ -93,6 +99,7 @@ pub(super) fn register(dir: RawFd) -> Option<Registration> {
         generation: fresh,
         epoch: 0,
         wakers: Vec::new(),
+        moved: false,
     });
     watched.wakers.push(waker.as_raw_fd());
     Some(Registration {
@@ -159,6 +166,7 @@ pub(super) fn dispatch() {
                 continue;
             }
             if let Some(w) = inst.watches.get_mut(&ev.wd) {
+                w.moved |= ev.mask & (libc::IN_MOVE_SELF | libc::IN_DELETE_SELF) != 0;
                 wake(w);
             }
             if ev.mask & libc::IN_IGNORED != 0 {
@@ -201,13 +209,22 @@ impl Drop for Registration {
         let last = match inst.watches.get_mut(&self.wd) {
             Some(w) if w.generation == self.generation => {
                 w.wakers.retain(|&f| f != waker);
-                w.wakers.is_empty()
+                w.wakers.is_empty().then_some(w.moved)
             }
-            _ => false,
+            _ => None,
         };
-        if last {
-            inst.watches.remove(&self.wd);
-            inst.retired.push(self.wd);
+        match last {
+            Some(true) => {
+                inst.watches.remove(&self.wd);
+                inst.retired.push(self.wd);
+            }
+            Some(false) => {
+                inst.watches.remove(&self.wd);
+                // SAFETY: removes a watch of our open instance; one the kernel already
+                // dropped just fails.
+                unsafe { libc::inotify_rm_watch(inst.fd.as_raw_fd(), self.wd) };
+            }
+            None => {}
         }
     }
 }
@@ -254,22 +271,38 @@ mod tests {
             .collect()
     }
 
-    /// A watch no waiter shares any more leaves the kernel by the next registration at the
-    /// latest: waits on ever new directories do not pile watches up.
+    /// Waits for a change of the directory `watch` watches (its rename), as a waiter does.
+    fn woken_by_its_move(watch: &super::super::Watch) {
+        let wake = Real
+            .sleep(Some(watch), Some(Duration::from_secs(5)), None)
+            .unwrap();
+        assert_eq!(wake, Wake::Changed, "the rename did not wake the waiter");
+    }
+
+    /// The watch of a moved directory (a tombstone on its way out), which no waiter shares any
+    /// more, leaves the kernel by the next registration at the latest: many of them retired
+    /// before one registration, as by waits that ended at once, do not pile up.
     #[test]
     fn retired_watches_are_removed_by_the_next_registration() {
         use std::os::unix::fs::MetadataExt;
         let tmp = tempfile::tempdir().unwrap();
         let sys = Real;
         let parent = sys.open_dir_path(tmp.path()).unwrap();
-        let mut ours = Vec::new();
+        let (mut ours, mut watches) = (Vec::new(), Vec::new());
         for i in 0..20 {
             let name = format!("l{i}");
             sys.mkdir_at(&parent, &name).unwrap();
             let lock = sys.open_dir_at(&parent, &name).unwrap();
-            drop(sys.watch(&lock, None, true).unwrap().expect("inotify"));
+            watches.push(sys.watch(&lock, None, true).unwrap().expect("inotify"));
             ours.push(std::fs::metadata(tmp.path().join(&name)).unwrap().ino());
         }
+        for (i, watch) in watches.iter().enumerate() {
+            let _ = sys
+                .rename_noreplace(&parent, &format!("l{i}"), &format!("m{i}"))
+                .unwrap();
+            woken_by_its_move(watch);
+        }
+        drop(watches);
         sys.mkdir_at(&parent, "last").unwrap();
         let lock = sys.open_dir_at(&parent, "last").unwrap();
         let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
@@ -285,8 +318,30 @@ mod tests {
         );
     }
 
-    /// A directory watched again after its watch retired is watched anew: its rename wakes the
-    /// new waiter, and nothing did before it.
+    /// The watch of a directory that did not move (a wait that timed out or was cancelled,
+    /// the lock still held) leaves the kernel when its last waiter drops it: kept, its
+    /// events would wake the process's other waiters for nothing.
+    #[test]
+    fn the_watch_of_a_directory_still_in_place_is_removed_at_once() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let sys = Real;
+        let parent = sys.open_dir_path(tmp.path()).unwrap();
+        sys.mkdir_at(&parent, "l").unwrap();
+        let lock = sys.open_dir_at(&parent, "l").unwrap();
+        let ino = std::fs::metadata(tmp.path().join("l")).unwrap().ino();
+        let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
+        let instance = watch.inotify.as_ref().unwrap().instance;
+        assert!(watched_inodes(instance).contains(&ino), "not watched");
+        drop(watch);
+        assert!(
+            !watched_inodes(instance).contains(&ino),
+            "the watch stayed in the kernel"
+        );
+    }
+
+    /// A directory watched again after its watch retired is watched anew: its next rename
+    /// wakes the new waiter, and nothing did before it.
     #[test]
     fn a_directory_watched_again_after_its_watch_retired_wakes_its_waiter() {
         let tmp = tempfile::tempdir().unwrap();
@@ -294,7 +349,10 @@ mod tests {
         let parent = sys.open_dir_path(tmp.path()).unwrap();
         sys.mkdir_at(&parent, "l").unwrap();
         let lock = sys.open_dir_at(&parent, "l").unwrap();
-        drop(sys.watch(&lock, None, true).unwrap().expect("inotify"));
+        let first = sys.watch(&lock, None, true).unwrap().expect("inotify");
+        let _ = sys.rename_noreplace(&parent, "l", "m").unwrap();
+        woken_by_its_move(&first);
+        drop(first);
         let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
         let wake = sys
             .sleep(Some(&watch), Some(Duration::from_millis(50)), None)
@@ -304,11 +362,8 @@ mod tests {
             Wake::TimedOut,
             "the waiter was woken with nothing changed"
         );
-        let _ = sys.rename_noreplace(&parent, "l", "m").unwrap();
-        let wake = sys
-            .sleep(Some(&watch), Some(Duration::from_secs(5)), None)
-            .unwrap();
-        assert_eq!(wake, Wake::Changed, "the rename did not wake the waiter");
+        let _ = sys.rename_noreplace(&parent, "m", "n").unwrap();
+        woken_by_its_move(&watch);
     }
 
     /// When the process's inotify queue overflows before anyone reads it, the events lost

@@ -213,18 +213,16 @@ impl Drop for Registration {
             }
             _ => None,
         };
-        match last {
-            Some(true) => {
-                inst.watches.remove(&self.wd);
-                inst.retired.push(self.wd);
-            }
-            Some(false) => {
-                inst.watches.remove(&self.wd);
-                // SAFETY: removes a watch of our open instance; one the kernel already
-                // dropped just fails.
-                unsafe { libc::inotify_rm_watch(inst.fd.as_raw_fd(), self.wd) };
-            }
-            None => {}
+        let Some(moved) = last else {
+            return;
+        };
+        inst.watches.remove(&self.wd);
+        if moved {
+            inst.retired.push(self.wd);
+        } else {
+            // SAFETY: removes a watch of our open instance; one the kernel already dropped
+            // just fails.
+            unsafe { libc::inotify_rm_watch(inst.fd.as_raw_fd(), self.wd) };
         }
     }
 }
@@ -234,15 +232,25 @@ mod tests {
     use crate::sys::{Real, System, Wake};
     use std::time::Duration;
 
+    /// A temporary directory holding a lock directory `l`: it, and both open.
+    fn lock_dir() -> (
+        tempfile::TempDir,
+        std::os::fd::OwnedFd,
+        std::os::fd::OwnedFd,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let parent = Real.open_dir_path(tmp.path()).unwrap();
+        Real.mkdir_at(&parent, "l").unwrap();
+        let lock = Real.open_dir_at(&parent, "l").unwrap();
+        (tmp, parent, lock)
+    }
+
     /// Readers of what a lock directory holds (status reading owner.json) do not wake its
     /// waiters; its own rename does.
     #[test]
     fn only_the_lock_directory_itself_wakes_a_watch() {
-        let tmp = tempfile::tempdir().unwrap();
+        let (_tmp, parent, lock) = lock_dir();
         let sys = Real;
-        let parent = sys.open_dir_path(tmp.path()).unwrap();
-        sys.mkdir_at(&parent, "l").unwrap();
-        let lock = sys.open_dir_at(&parent, "l").unwrap();
         sys.create_file_at(&lock, "owner.json", b"{}", false, None)
             .unwrap();
         let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
@@ -324,11 +332,8 @@ mod tests {
     #[test]
     fn the_watch_of_a_directory_still_in_place_is_removed_at_once() {
         use std::os::unix::fs::MetadataExt;
-        let tmp = tempfile::tempdir().unwrap();
+        let (tmp, _parent, lock) = lock_dir();
         let sys = Real;
-        let parent = sys.open_dir_path(tmp.path()).unwrap();
-        sys.mkdir_at(&parent, "l").unwrap();
-        let lock = sys.open_dir_at(&parent, "l").unwrap();
         let ino = std::fs::metadata(tmp.path().join("l")).unwrap().ino();
         let watch = sys.watch(&lock, None, true).unwrap().expect("inotify");
         let instance = watch.inotify.as_ref().unwrap().instance;
@@ -344,11 +349,8 @@ mod tests {
     /// wakes the new waiter, and nothing did before it.
     #[test]
     fn a_directory_watched_again_after_its_watch_retired_wakes_its_waiter() {
-        let tmp = tempfile::tempdir().unwrap();
+        let (_tmp, parent, lock) = lock_dir();
         let sys = Real;
-        let parent = sys.open_dir_path(tmp.path()).unwrap();
-        sys.mkdir_at(&parent, "l").unwrap();
-        let lock = sys.open_dir_at(&parent, "l").unwrap();
         let first = sys.watch(&lock, None, true).unwrap().expect("inotify");
         let _ = sys.rename_noreplace(&parent, "l", "m").unwrap();
         woken_by_its_move(&first);
@@ -371,11 +373,8 @@ mod tests {
     /// again. (The overflow was once ignored: a waiter slept on a free lock.)
     #[test]
     fn an_overflowed_queue_wakes_every_waiter() {
-        let tmp = tempfile::tempdir().unwrap();
+        let (_tmp, parent, lock) = lock_dir();
         let sys = Real;
-        let parent = sys.open_dir_path(tmp.path()).unwrap();
-        sys.mkdir_at(&parent, "l").unwrap();
-        let lock = sys.open_dir_at(&parent, "l").unwrap();
         for f in ["a", "b"] {
             sys.create_file_at(&lock, f, b"", false, None).unwrap();
         }

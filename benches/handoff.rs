@@ -69,6 +69,22 @@ fn at_mkdir_open(at: &File, name: &std::ffi::CStr) -> File {
     at_open(at, name)
 }
 
+/// Removes the empty directory `name` in `at` (at worst it is not there).
+fn at_rmdir(at: &File, name: &std::ffi::CStr) {
+    // SAFETY: `at` is an open directory and `name` NUL-terminated.
+    unsafe { libc::unlinkat(at.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) };
+}
+
+/// Stages the next candidate in `at`, numbered from `serial`, and locks its beacon: the beacon,
+/// its number and its name.
+fn stage(at: &File, serial: &std::sync::atomic::AtomicU64) -> (File, u64, std::ffi::CString) {
+    let n = serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let cand = std::ffi::CString::new(format!("x.lock.candidate.{n}")).unwrap();
+    let beacon = at_mkdir_open(at, &cand);
+    beacon.lock().unwrap();
+    (beacon, n, cand)
+}
+
 /// `renameat2(RENAME_NOREPLACE)` within `at`.
 fn at_rename(at: &File, from: &std::ffi::CStr, to: &std::ffi::CStr) {
     let r = renameat2(at, from, to, libc::RENAME_NOREPLACE);
@@ -193,10 +209,7 @@ pub(crate) fn handoffs(places: &[Place]) {
             let at = File::open(&fd).unwrap();
             let serial = std::sync::atomic::AtomicU64::new(0);
             let take = |wait: bool| {
-                let n = serial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let cand = std::ffi::CString::new(format!("x.lock.candidate.{n}")).unwrap();
-                let beacon = at_mkdir_open(&at, &cand);
-                beacon.lock().unwrap();
+                let (beacon, n, cand) = stage(&at, &serial);
                 // The waiter keeps the old directory open past its rename (its final close,
                 // an inode eviction on disk, stays off the critical path, as in dirlock).
                 let seen = wait.then(|| {
@@ -212,8 +225,7 @@ pub(crate) fn handoffs(places: &[Place]) {
                 at_rename(&at, c"x.lock", &tomb);
                 beacon.unlock().unwrap();
                 drop(beacon);
-                // SAFETY: `at` is an open directory and `tomb` a NUL-terminated name in it.
-                unsafe { libc::unlinkat(at.as_raw_fd(), tomb.as_ptr(), libc::AT_REMOVEDIR) };
+                at_rmdir(&at, &tomb);
             };
             row(
                 "floor: rename away, unlock; rename in",
@@ -232,15 +244,11 @@ pub(crate) fn handoffs(places: &[Place]) {
             }
             let exchanges = renameat2(&xat, probe.0, probe.1, libc::RENAME_EXCHANGE).is_ok();
             for n in [probe.0, probe.1] {
-                // SAFETY: `xat` is an open directory and `n` a NUL-terminated name in it.
-                unsafe { libc::unlinkat(xat.as_raw_fd(), n.as_ptr(), libc::AT_REMOVEDIR) };
+                at_rmdir(&xat, n);
             }
             let xserial = std::sync::atomic::AtomicU64::new(0);
             let xtake = |wait: bool| {
-                let n = xserial.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let cand = std::ffi::CString::new(format!("x.lock.candidate.{n}")).unwrap();
-                let beacon = at_mkdir_open(&xat, &cand);
-                beacon.lock().unwrap();
+                let (beacon, n, cand) = stage(&xat, &xserial);
                 let seen = if wait {
                     let old = at_open(&xat, c"x.lock");
                     old.lock_shared().unwrap();
@@ -266,8 +274,7 @@ pub(crate) fn handoffs(places: &[Place]) {
                     beacon.unlock().unwrap();
                 }
                 drop(beacon);
-                // SAFETY: `xat` is an open directory and `tomb` a NUL-terminated name in it.
-                unsafe { libc::unlinkat(xat.as_raw_fd(), tomb.as_ptr(), libc::AT_REMOVEDIR) };
+                at_rmdir(&xat, &tomb);
             };
             if exchanges {
                 row(

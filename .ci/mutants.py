@@ -268,8 +268,8 @@ MUTANTS = [
      "match Err::<(), io::Error>(io::Error::other(tomb.clone())) {",
      "lib", "sim::tests::two_processes_exhaustively_within_bounds"),
     ("release-leaves-a-forked-copy-locked", 'src/protocol/mod.rs',
-     "        Some(_) => {\n            let _ = sp.sys.unlock(&held.beacon);\n            drop(opened);",
-     "        Some(_) => {\n            drop(opened);",
+     "        Some(_) => {\n            let _ = sp.sys.unlock(&held.beacon);\n",
+     "        Some(_) => {\n",
      "fork", "forked_children_and_execd_programs_do_not_own_the_lock"),
     # The simulation's fork: a child's copy of the guard, and the beacon it shares.
     ("sim-forked-child-releases", 'src/protocol/mod.rs',

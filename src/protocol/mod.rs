@@ -92,9 +92,10 @@ fn hand_over_or_retire<S: System>(
     match handed {
         Some(_) => {
             let _ = sp.sys.unlock(&held.beacon);
-            drop(opened);
-            // Let the waiter, woken on this processor, run first: the retiring can wait.
+            // Let the waiter, woken on this processor, run first: the closing and the
+            // retiring can wait.
             sp.sys.yield_now();
+            drop(opened);
         }
         None => {
             drop(opened); // first: an open directory cannot be removed on Windows

@@ -168,6 +168,145 @@ where
     (median(&mut lat), pct(&mut lat, 0.99), median(&mut cpu))
 }
 
+/// `fstatat` of `name` in `at` (`c""`: `at` itself), for its cost only.
+fn stat_at(at: &File, name: &std::ffi::CStr) {
+    let flags = match name.is_empty() {
+        true => libc::AT_EMPTY_PATH,
+        false => libc::AT_SYMLINK_NOFOLLOW,
+    };
+    // SAFETY: `st` is a valid out-pointer, `name` NUL-terminated, `at` an open directory.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstatat(at.as_raw_fd(), name.as_ptr(), &mut st, flags);
+    }
+}
+
+/// Opens `name` in `at`, and checks that its beacon is held: a `flock` probe that must fail.
+/// `None` when it is not there.
+fn probed(at: &File, name: &std::ffi::CStr) -> Option<File> {
+    // SAFETY: `at` is an open directory and `name` NUL-terminated; the new descriptor is ours.
+    let fd = unsafe {
+        libc::openat(
+            at.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just opened and is owned by nobody else.
+    let dir = unsafe { File::from_raw_fd(fd) };
+    // SAFETY: `dir` is an open descriptor.
+    let free = unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0;
+    assert!(!free, "the waiter's beacon is not held");
+    Some(dir)
+}
+
+/// The first writer's entry (`<number>.w`) of the open queue `dir`, listed through it.
+fn first_entry(dir: &File) -> Option<std::ffi::CString> {
+    let mut names = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: `buf` is writable for its length; `dir` is an open directory.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                dir.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        if n <= 0 {
+            break;
+        }
+        let mut at = 0;
+        while at < n as usize {
+            // linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1), d_name.
+            let len = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            let name = std::ffi::CStr::from_bytes_until_nul(&buf[at + 19..at + len]).unwrap();
+            if name.to_bytes().ends_with(b".w") {
+                names.push(name.to_owned());
+            }
+            at += len;
+        }
+    }
+    names.into_iter().min()
+}
+
+/// The exchange floor after the bare system calls of the checks a release makes before it
+/// hands the lock on (no records, no parsing), as two rows: today's eight (the lock still
+/// ours, the lock directory's link count, the queue opened and listed, the first entry opened
+/// and probed, the turn looked at), and the five a first waiter's candidate kept at one fixed
+/// name would need (`NAME.next`, not built: that candidate opened and probed in place of the
+/// listing, the turn looked at by path). The waiter takes a number in the queue, as dirlock's.
+fn checked_exchanges(d: &std::path::Path, rounds: usize, row: impl Fn(&str, (f64, f64, f64))) {
+    let dir = fresh(d, "hchecked");
+    let at = File::open(&dir).unwrap();
+    let _ = std::fs::create_dir(dir.join("x.lock.queue"));
+    let queue = at_open(&at, c"x.lock.queue");
+    std::fs::write(dir.join("x.lock.queue/turn"), "queued\n").unwrap();
+    let serial = std::sync::atomic::AtomicU64::new(0);
+    // A waiter's old lock, seen, and its entry in the queue with its name, kept until its
+    // own release.
+    type Waited = Option<(File, File, std::ffi::CString)>;
+    let take = |wait: bool| -> (File, u64, Waited) {
+        let (beacon, n, cand) = stage(&at, &serial);
+        if !wait {
+            at_rename(&at, &cand, c"x.lock");
+            return (beacon, n, None);
+        }
+        let name = std::ffi::CString::new(format!("{n:020}.w")).unwrap();
+        let entry = at_mkdir_open(&queue, &name);
+        entry.lock().unwrap();
+        let old = at_open(&at, c"x.lock");
+        old.lock_shared().unwrap();
+        (beacon, n, Some((old, entry, name)))
+    };
+    for fixed in [false, true] {
+        let give = |(beacon, n, waited): (File, u64, Waited)| {
+            if let Some((_old, entry, name)) = waited {
+                drop(entry);
+                at_rmdir(&queue, &name);
+            }
+            let next = std::ffi::CString::new(format!("x.lock.candidate.{}", n + 1)).unwrap();
+            let tomb = std::ffi::CString::new(format!("x.lock.tombstone.{n}")).unwrap();
+            stat_at(&at, c"x.lock");
+            stat_at(&at, c"");
+            let mut opened = Vec::new();
+            if fixed {
+                opened.extend(probed(&at, &next));
+                stat_at(&at, c"x.lock.queue/turn");
+            } else {
+                let listed = at_open(&at, c"x.lock.queue");
+                opened.extend(first_entry(&listed).and_then(|e| probed(&listed, &e)));
+                stat_at(&listed, c"turn");
+                opened.push(listed);
+            }
+            if renameat2(&at, c"x.lock", &next, libc::RENAME_EXCHANGE).is_ok() {
+                beacon.unlock().unwrap();
+                // SAFETY: sched_yield takes nothing and cannot fail.
+                unsafe { libc::sched_yield() };
+                drop(opened);
+                at_rename(&at, &next, &tomb);
+            } else {
+                at_rename(&at, c"x.lock", &tomb);
+                beacon.unlock().unwrap();
+            }
+            drop(beacon);
+            at_rmdir(&at, &tomb);
+        };
+        let label = match fixed {
+            false => "exchange after today's checks' 8 calls",
+            true => "exchange after the 5 of a candidate at a fixed name (not built)",
+        };
+        row(
+            label,
+            handoff(rounds, || take(false), give, || take(true), give),
+        );
+    }
+}
+
 pub(crate) fn handoffs(places: &[Place]) {
     let rounds = if quick() { 30 } else { 200 };
     println!("\n### Handoff: a blocked waiter gets the lock (µs from the start of release; waiter CPU while blocked ~20 ms)\n");
@@ -281,6 +420,7 @@ pub(crate) fn handoffs(places: &[Place]) {
                     "exchange floor: exchange, unlock",
                     handoff(rounds, || xtake(false), xgive, || xtake(true), xgive),
                 );
+                checked_exchanges(d, rounds, row);
             }
             let locks = Locks::in_dir(fresh(d, "handoff")).unwrap();
             for (lock, deadline) in [

@@ -168,6 +168,31 @@ where
     (median(&mut lat), pct(&mut lat, 0.99), median(&mut cpu))
 }
 
+/// Hands `x.lock` in `at` (its beacon held) to the candidate staged at `next` by an exchange,
+/// unlocks, yields (as dirlock does, so that the waiter runs first), closes what the checks
+/// `opened`, and retires the old lock to `tomb`; with no candidate there, retires the lock
+/// and unlocks.
+fn hand_on(
+    at: &File,
+    beacon: File,
+    next: &std::ffi::CStr,
+    tomb: &std::ffi::CStr,
+    opened: Vec<File>,
+) {
+    if renameat2(at, c"x.lock", next, libc::RENAME_EXCHANGE).is_ok() {
+        beacon.unlock().unwrap();
+        // SAFETY: sched_yield takes nothing and cannot fail.
+        unsafe { libc::sched_yield() };
+        drop(opened);
+        at_rename(at, next, tomb);
+    } else {
+        at_rename(at, c"x.lock", tomb);
+        beacon.unlock().unwrap();
+    }
+    drop(beacon);
+    at_rmdir(at, tomb);
+}
+
 /// `fstatat` of `name` in `at` (`c""`: `at` itself), for its cost only.
 fn stat_at(at: &File, name: &std::ffi::CStr) {
     let flags = match name.is_empty() {
@@ -283,18 +308,7 @@ fn checked_exchanges(d: &std::path::Path, rounds: usize, row: impl Fn(&str, (f64
                 stat_at(&listed, c"turn");
                 opened.push(listed);
             }
-            if renameat2(&at, c"x.lock", &next, libc::RENAME_EXCHANGE).is_ok() {
-                beacon.unlock().unwrap();
-                // SAFETY: sched_yield takes nothing and cannot fail.
-                unsafe { libc::sched_yield() };
-                drop(opened);
-                at_rename(&at, &next, &tomb);
-            } else {
-                at_rename(&at, c"x.lock", &tomb);
-                beacon.unlock().unwrap();
-            }
-            drop(beacon);
-            at_rmdir(&at, &tomb);
+            hand_on(&at, beacon, &next, &tomb, opened);
         };
         let label = match fixed {
             false => "exchange after today's checks' 8 calls",
@@ -403,17 +417,7 @@ pub(crate) fn handoffs(places: &[Place]) {
             let xgive = |(beacon, n, _seen): (File, u64, Option<File>)| {
                 let next = std::ffi::CString::new(format!("x.lock.candidate.{}", n + 1)).unwrap();
                 let tomb = std::ffi::CString::new(format!("x.lock.tombstone.{n}")).unwrap();
-                if renameat2(&xat, c"x.lock", &next, libc::RENAME_EXCHANGE).is_ok() {
-                    beacon.unlock().unwrap();
-                    // SAFETY: sched_yield takes nothing and cannot fail.
-                    unsafe { libc::sched_yield() };
-                    at_rename(&xat, &next, &tomb);
-                } else {
-                    at_rename(&xat, c"x.lock", &tomb);
-                    beacon.unlock().unwrap();
-                }
-                drop(beacon);
-                at_rmdir(&xat, &tomb);
+                hand_on(&xat, beacon, &next, &tomb, Vec::new());
             };
             if exchanges {
                 row(
